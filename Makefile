@@ -1,0 +1,38 @@
+# addon-heartbeat: the two front-door commands are `make demo` and `make test`.
+# Everything they need is built from the Go module proxy; nothing but Go is
+# required on the machine.
+
+SHELL := /usr/bin/env bash -o pipefail
+GO ?= go
+GOTESTFLAGS ?=
+# Kubernetes and etcd binaries, built once into a cache folder outside the
+# checkout (hack/kube-binaries.sh prints it as its last line).
+ASSETS = $(shell hack/kube-binaries.sh | tail -n 1)
+
+.PHONY: all
+all: build
+
+.PHONY: build
+build: ## Build the webhook and the reporter into bin/.
+	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: envtest-assets
+envtest-assets: ## Build kube-apiserver and etcd for the tests (slow once, then cached).
+	@hack/kube-binaries.sh
+
+.PHONY: test
+test: ## Run every test against a real kube-apiserver and etcd.
+	@assets="$(ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: vet
+vet:
+	$(GO) vet ./...
+
+.PHONY: fuzz
+fuzz: ## Fuzz the injector for FUZZTIME (default 60s).
+	$(GO) test ./pkg/inject -run '^$$' -fuzz FuzzInject -fuzztime $${FUZZTIME:-60s}
+
+.PHONY: help
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-16s %s\n", $$1, $$2}'

@@ -1,0 +1,142 @@
+// Package testenv starts a real kube-apiserver and etcd (controller-runtime
+// envtest) for the project's tests, with the upstream AddonInstance CRD
+// installed. The binaries come from hack/kube-binaries.sh (make
+// envtest-assets), built from the Go module proxy into a cache folder outside
+// the checkout.
+package testenv
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Versions of the binaries and of the upstream modules that carry CRDs. They
+// match hack/kube-binaries.sh and the Makefile.
+const (
+	KubeVersion          = "v1.37.2"
+	EtcdVersion          = "v3.6.16"
+	AddonOperatorModule  = "github.com/openshift/addon-operator"
+	AddonOperatorVersion = "v1.14.0"
+	// AddonInstanceCRDFile is the upstream CRD, relative to the operator module.
+	AddonInstanceCRDFile = "config/deploy/addons.managed.openshift.io_addoninstances.yaml"
+)
+
+// Scheme has the built-in types and the AddonInstance API.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(addonsv1alpha1.AddToScheme(s))
+	return s
+}
+
+// RepoRoot is the checkout's root folder.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// AssetsDir returns KUBEBUILDER_ASSETS, or the cache folder that
+// hack/kube-binaries.sh writes, when it holds the binaries.
+func AssetsDir() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	cache := os.Getenv("ADDON_HEARTBEAT_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("locating the cache folder: %w", err)
+		}
+		cache = filepath.Join(base, "addon-heartbeat")
+	}
+	dir := filepath.Join(cache, "bin", "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("no %s in %s: run `make envtest-assets` or set KUBEBUILDER_ASSETS: %w", bin, dir, err)
+		}
+	}
+	return dir, nil
+}
+
+// ModuleDir downloads module@version through the Go module proxy (or finds it
+// in the module cache) and returns its folder. The module need not be in
+// go.mod.
+func ModuleDir(module, version string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
+	cmd.Dir = RepoRoot()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s@%s: %w: %s", module, version, err, stderr.String())
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("reading go mod download output for %s@%s: %w", module, version, err)
+	}
+	if info.Error != "" || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s@%s: %s", module, version, info.Error)
+	}
+	return info.Dir, nil
+}
+
+// AddonInstanceCRD is the path of the upstream AddonInstance CRD.
+func AddonInstanceCRD() (string, error) {
+	dir, err := ModuleDir(AddonOperatorModule, AddonOperatorVersion)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, AddonInstanceCRDFile), nil
+}
+
+// Options select what a test environment has beyond the API server.
+type Options struct {
+	// CRDPaths are extra CRD files or folders to install.
+	CRDPaths []string
+	// WebhookPaths are MutatingWebhookConfiguration manifests that envtest
+	// installs, pointing their clientConfig at a local serving port with a
+	// generated CA (see envtest.WebhookInstallOptions).
+	WebhookPaths []string
+	// APIServerArgs are set on the kube-apiserver in addition to envtest's.
+	APIServerArgs map[string]string
+}
+
+// Start starts etcd and kube-apiserver with the AddonInstance CRD installed.
+// Stop the returned environment with Stop.
+func Start(opts Options) (*envtest.Environment, error) {
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	crd, err := AddonInstanceCRD()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		Scheme:                Scheme(),
+		CRDDirectoryPaths:     append([]string{crd}, opts.CRDPaths...),
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: opts.WebhookPaths},
+	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for k, v := range opts.APIServerArgs {
+		args.Set(k, v)
+	}
+	if _, err := env.Start(); err != nil {
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err), env.Stop())
+	}
+	return env, nil
+}
