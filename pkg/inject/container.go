@@ -1,0 +1,101 @@
+package inject
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+)
+
+// reporterContainer is the container the webhook injects for one Deployment.
+//
+// Every field the API server would default is set explicitly, with the value
+// it would default to: the container that comes back from the API server is
+// then exactly the one computed here, so a later admission of the same
+// Deployment finds nothing to change (no patch, no rollout).
+func reporterContainer(s annotations.Settings, cfg Config) corev1.Container {
+	args := []string{
+		"--addon-instance=" + s.AddonInstance,
+		"--delete-ack=" + string(s.DeleteAck),
+	}
+	if s.HealthURL != "" {
+		args = append(args, "--health-url="+s.HealthURL)
+	}
+	args = append(args,
+		"--health-probe-bind-address=:"+strconv.Itoa(int(cfg.HealthPort)),
+		"--metrics-bind-address=:"+strconv.Itoa(int(cfg.MetricsPort)),
+	)
+	if cfg.LogLevel != "" {
+		args = append(args, "--log-level="+cfg.LogLevel)
+	}
+	c := corev1.Container{
+		Name:    ContainerName,
+		Image:   cfg.Image,
+		Command: []string{ReporterCommand},
+		Args:    args,
+		Env: []corev1.EnvVar{
+			fieldRefEnv(TargetNamespaceEnv, "metadata.namespace"),
+			fieldRefEnv(PodNameEnv, "metadata.name"),
+			fieldRefEnv(PodNamespaceEnv, "metadata.namespace"),
+		},
+		Resources:                *cfg.Resources.DeepCopy(),
+		LivenessProbe:            httpProbe("/healthz", cfg.HealthPort),
+		ReadinessProbe:           httpProbe("/readyz", cfg.HealthPort),
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		ImagePullPolicy:          cfg.ImagePullPolicy,
+		// Restricted pod security, whatever the pod itself sets.
+		SecurityContext: &corev1.SecurityContext{
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			RunAsUser:                ptr.To(reporterUID),
+			RunAsGroup:               ptr.To(reporterUID),
+			RunAsNonRoot:             ptr.To(true),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+	if cfg.NativeSidecar {
+		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	}
+	return c
+}
+
+// targetNamespaceEnv is the entry added to addon containers.
+func targetNamespaceEnv() corev1.EnvVar {
+	return fieldRefEnv(TargetNamespaceEnv, "metadata.namespace")
+}
+
+func fieldRefEnv(name, fieldPath string) corev1.EnvVar {
+	return corev1.EnvVar{
+		Name: name,
+		ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: fieldPath},
+		},
+	}
+}
+
+// isInjectedTargetEnv tells whether e is exactly the entry we add (the API
+// server defaults an empty fieldRef apiVersion to v1).
+func isInjectedTargetEnv(e corev1.EnvVar) bool {
+	return e.Name == TargetNamespaceEnv && e.Value == "" && e.ValueFrom != nil &&
+		e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" &&
+		(e.ValueFrom.FieldRef.APIVersion == "v1" || e.ValueFrom.FieldRef.APIVersion == "") &&
+		e.ValueFrom.ConfigMapKeyRef == nil && e.ValueFrom.SecretKeyRef == nil &&
+		e.ValueFrom.ResourceFieldRef == nil && e.ValueFrom.FileKeyRef == nil
+}
+
+func httpProbe(path string, port int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP},
+		},
+		TimeoutSeconds:   1,
+		PeriodSeconds:    10,
+		SuccessThreshold: 1,
+		FailureThreshold: 3,
+	}
+}

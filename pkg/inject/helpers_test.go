@@ -1,0 +1,92 @@
+package inject
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Image = "registry.example.com/addon-heartbeat/reporter:v0.1.0"
+	return cfg
+}
+
+func plainConfig() Config {
+	cfg := testConfig()
+	cfg.NativeSidecar = false
+	return cfg
+}
+
+func loadDeployment(t testing.TB, path string) *appsv1.Deployment {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &d); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &d
+}
+
+func inputFiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "input", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no inputs in testdata/input: %v", err)
+	}
+	return files
+}
+
+func mustMutate(t testing.TB, d *appsv1.Deployment, cfg Config) Result {
+	t.Helper()
+	res, err := Mutate(d, cfg)
+	if err != nil {
+		t.Fatalf("Mutate: %v", err)
+	}
+	return res
+}
+
+// applyPatch applies p to raw JSON, as the API server does with the patch in
+// an admission response.
+func applyPatch(t testing.TB, raw []byte, p Patch) []byte {
+	t.Helper()
+	pj, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := jsonpatch.DecodePatch(pj)
+	if err != nil {
+		t.Fatalf("decoding patch %s: %v", pj, err)
+	}
+	out, err := decoded.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying patch %s: %v", pj, err)
+	}
+	return out
+}
+
+func toJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func fromJSON(t testing.TB, b []byte) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}

@@ -1,0 +1,297 @@
+// Package inject is the pure, deterministic mutation of an apps/v1 Deployment
+// that adds (or removes) the heartbeat reporter. It does no I/O: the webhook
+// wraps it, and tests drive it directly.
+//
+// Mutate returns the mutated Deployment and the JSON patch that produces it
+// from the request, touching only the paths the injector owns: the reporter
+// container, ADDON_TARGET_NAMESPACE entries it adds to addon containers, and
+// the addon-heartbeat.io/status annotation. Patching only those paths, rather
+// than diffing whole objects, keeps fields this package's API types do not
+// know (newer Kubernetes versions) exactly as the user sent them.
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+)
+
+// Action says what Mutate did to a Deployment.
+type Action string
+
+// The actions, also the outcomes the webhook counts.
+const (
+	// Injected: the reporter was added or brought up to date.
+	Injected Action = "injected"
+	// Unchanged: the Deployment already was as it should be, or is not opted in.
+	Unchanged Action = "unchanged"
+	// Removed: the Deployment opted out and everything injected was removed.
+	Removed Action = "removed"
+)
+
+// Result is the outcome of Mutate.
+type Result struct {
+	// Deployment is the mutated copy; the input is never modified.
+	Deployment *appsv1.Deployment
+	// Patch turns the input into Deployment; empty when Action is Unchanged.
+	Patch Patch
+	// Action says what was done.
+	Action Action
+}
+
+// Where the reporter goes: the names of the pod spec's container lists, as
+// they appear in JSON and in the status record.
+const (
+	listInit    = "initContainers"
+	listRegular = "containers"
+)
+
+const podSpecPath = "/spec/template/spec"
+
+// Mutate injects the reporter into a Deployment that opts in, brings an
+// injected one up to date, and removes what was injected from one that opts
+// out. The same input always gives byte-identical output, and Mutate of its
+// own output is Unchanged.
+//
+// Errors name what is wrong and what is expected: an invalid annotation is an
+// *annotations.Error; a container already named like the reporter (and not
+// injected by us) is refused.
+func Mutate(in *appsv1.Deployment, cfg Config) (Result, error) {
+	settings, err := annotations.Parse(in.Annotations)
+	if err != nil {
+		return Result{}, err
+	}
+	prev, err := readRecord(in.Annotations)
+	if err != nil {
+		return Result{}, err
+	}
+	if !settings.Inject && prev == nil {
+		return Result{Deployment: in, Action: Unchanged}, nil
+	}
+	m := &mutation{d: in.DeepCopy()}
+	action := Removed
+	if settings.Inject {
+		if err := m.inject(settings, cfg, prev); err != nil {
+			return Result{}, err
+		}
+		action = Injected
+	} else {
+		m.remove(prev)
+	}
+	if len(m.patch) == 0 {
+		return Result{Deployment: in, Action: Unchanged}, nil
+	}
+	return Result{Deployment: m.d, Patch: m.patch, Action: action}, nil
+}
+
+// record is the value of the addon-heartbeat.io/status annotation: what was
+// injected, so that re-injection is idempotent and opting out removes exactly
+// that. It has no timestamp, so that a re-applied manifest changes nothing.
+type record struct {
+	Version int `json:"version"`
+	// Sidecar is the container list holding the reporter.
+	Sidecar string `json:"sidecar"`
+	// Env lists the containers that got ADDON_TARGET_NAMESPACE from us.
+	Env []string `json:"env,omitempty"`
+}
+
+const recordVersion = 1
+
+func readRecord(annots map[string]string) (*record, error) {
+	v, ok := annots[annotations.Status]
+	if !ok {
+		return nil, nil
+	}
+	bad := &annotations.Error{Key: annotations.Status, Value: v,
+		Expected: "the record written by the addon-heartbeat webhook (to reset it, remove this annotation and the " + ContainerName + " container)"}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	var r record
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		return nil, bad
+	}
+	if r.Version != recordVersion || (r.Sidecar != listInit && r.Sidecar != listRegular) {
+		return nil, bad
+	}
+	return &r, nil
+}
+
+func (r record) encode() string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(r) // a struct of strings and ints cannot fail to encode
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// mutation changes a Deployment copy and records, in the same order, the
+// JSON patch operations that make the same change to the request.
+type mutation struct {
+	d     *appsv1.Deployment
+	patch Patch
+}
+
+func (m *mutation) spec() *corev1.PodSpec { return &m.d.Spec.Template.Spec }
+
+func (m *mutation) list(name string) *[]corev1.Container {
+	if name == listInit {
+		return &m.spec().InitContainers
+	}
+	return &m.spec().Containers
+}
+
+// find returns the list and index of the container called name.
+func (m *mutation) find(name string) (string, int) {
+	for _, l := range []string{listInit, listRegular} {
+		if i := slices.IndexFunc(*m.list(l), func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
+			return l, i
+		}
+	}
+	return "", -1
+}
+
+func (m *mutation) inject(s annotations.Settings, cfg Config, prev *record) error {
+	want := reporterContainer(s, cfg)
+	wantList := listRegular
+	if cfg.NativeSidecar {
+		wantList = listInit
+	}
+	have, at := m.find(ContainerName)
+	if have != "" && prev == nil {
+		return fmt.Errorf("container name %q is reserved for the injected heartbeat reporter: rename that container, or remove annotation %s", ContainerName, annotations.Inject)
+	}
+
+	// Environment first, while every index is still the request's.
+	var recorded []string
+	if prev != nil {
+		recorded = prev.Env
+	}
+	var envd []string
+	for _, l := range []string{listInit, listRegular} {
+		for i := range *m.list(l) {
+			c := &(*m.list(l))[i]
+			if c.Name == ContainerName {
+				continue
+			}
+			if j := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == TargetNamespaceEnv }); j >= 0 {
+				if slices.Contains(recorded, c.Name) && isInjectedTargetEnv(c.Env[j]) {
+					envd = append(envd, c.Name)
+				}
+				continue
+			}
+			if envFromMaySet(c.EnvFrom, TargetNamespaceEnv) {
+				continue
+			}
+			m.addEnv(l, i, targetNamespaceEnv())
+			envd = append(envd, c.Name)
+		}
+	}
+
+	switch {
+	case have == wantList:
+		if !equality.Semantic.DeepEqual((*m.list(have))[at], want) {
+			(*m.list(have))[at] = want
+			m.patch.replace(pointer("spec", "template", "spec", have, index(at)), want)
+		}
+	case have != "":
+		m.removeContainer(have, at)
+		m.appendContainer(wantList, want)
+	default:
+		m.appendContainer(wantList, want)
+	}
+
+	m.setStatus(record{Version: recordVersion, Sidecar: wantList, Env: envd}.encode())
+	return nil
+}
+
+func (m *mutation) remove(prev *record) {
+	for _, l := range []string{listInit, listRegular} {
+		for i := range *m.list(l) {
+			c := &(*m.list(l))[i]
+			if !slices.Contains(prev.Env, c.Name) {
+				continue
+			}
+			if j := slices.IndexFunc(c.Env, isInjectedTargetEnv); j >= 0 {
+				m.removeEnv(l, i, j)
+			}
+		}
+	}
+	if l, i := m.find(ContainerName); l != "" {
+		m.removeContainer(l, i)
+	}
+	delete(m.d.Annotations, annotations.Status)
+	m.patch.remove(pointer("metadata", "annotations", annotations.Status))
+}
+
+// envFromMaySet tells whether an envFrom source could define name: any
+// ConfigMap or Secret imported with a prefix that name starts with. Such a
+// container is left alone, since an explicit env entry would override the
+// value the user provides there.
+func envFromMaySet(sources []corev1.EnvFromSource, name string) bool {
+	return slices.ContainsFunc(sources, func(s corev1.EnvFromSource) bool { return strings.HasPrefix(name, s.Prefix) })
+}
+
+func (m *mutation) addEnv(list string, i int, e corev1.EnvVar) {
+	c := &(*m.list(list))[i]
+	if len(c.Env) == 0 {
+		m.patch.add(pointer("spec", "template", "spec", list, index(i), "env"), []corev1.EnvVar{e})
+	} else {
+		m.patch.add(pointer("spec", "template", "spec", list, index(i), "env", "-"), e)
+	}
+	c.Env = append(c.Env, e)
+}
+
+func (m *mutation) removeEnv(list string, i, j int) {
+	c := &(*m.list(list))[i]
+	if len(c.Env) == 1 {
+		// Drop the field we created rather than leave an empty list behind.
+		m.patch.remove(pointer("spec", "template", "spec", list, index(i), "env"))
+		c.Env = nil
+		return
+	}
+	m.patch.remove(pointer("spec", "template", "spec", list, index(i), "env", index(j)))
+	c.Env = slices.Delete(c.Env, j, j+1)
+}
+
+func (m *mutation) appendContainer(list string, c corev1.Container) {
+	l := m.list(list)
+	if len(*l) == 0 {
+		m.patch.add(podSpecPath+"/"+list, []corev1.Container{c})
+	} else {
+		m.patch.add(podSpecPath+"/"+list+"/-", c)
+	}
+	*l = append(*l, c)
+}
+
+func (m *mutation) removeContainer(list string, i int) {
+	l := m.list(list)
+	if len(*l) == 1 {
+		m.patch.remove(podSpecPath + "/" + list)
+		*l = nil
+		return
+	}
+	m.patch.remove(podSpecPath + "/" + list + "/" + index(i))
+	*l = slices.Delete(*l, i, i+1)
+}
+
+func (m *mutation) setStatus(v string) {
+	if cur, ok := m.d.Annotations[annotations.Status]; ok && cur == v {
+		return
+	}
+	if m.d.Annotations == nil {
+		// Unreachable through the webhook (the opt-in annotation is there),
+		// kept so that Mutate is total.
+		m.d.Annotations = map[string]string{}
+		m.patch.add("/metadata/annotations", map[string]string{})
+	}
+	m.d.Annotations[annotations.Status] = v
+	m.patch.add(pointer("metadata", "annotations", annotations.Status), v)
+}
