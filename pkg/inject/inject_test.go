@@ -119,7 +119,7 @@ func TestMutate(t *testing.T) {
 			},
 		},
 		"user sets ADDON_TARGET_NAMESPACE": {
-			in: deployment(optIn(), corev1.Container{Name: "manager", Env: []corev1.EnvVar{{Name: TargetNamespaceEnv, Value: "elsewhere"}}}),
+			in:  deployment(optIn(), corev1.Container{Name: "manager", Env: []corev1.EnvVar{{Name: TargetNamespaceEnv, Value: "elsewhere"}}}),
 			cfg: cfg, wantAction: Injected,
 			wantOps: []string{
 				"add /spec/template/spec/initContainers",
@@ -127,7 +127,7 @@ func TestMutate(t *testing.T) {
 			},
 		},
 		"envFrom without prefix may set it": {
-			in: deployment(optIn(), corev1.Container{Name: "manager", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{}}}}),
+			in:  deployment(optIn(), corev1.Container{Name: "manager", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{}}}}),
 			cfg: cfg, wantAction: Injected,
 			wantOps: []string{
 				"add /spec/template/spec/initContainers",
