@@ -1,0 +1,47 @@
+package webhook
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the webhook's own Prometheus metrics. Dry-run reviews carry
+// dry_run="true", so that dashboards and alerts on real injections can leave
+// them out.
+type Metrics struct {
+	Reviews  *prometheus.CounterVec
+	Duration *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "addon_heartbeat_webhook_reviews_total",
+			Help: "Admission reviews answered, by outcome (injected, unchanged, removed, denied, bad_request) and dry run.",
+		}, []string{"outcome", "dry_run"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "addon_heartbeat_webhook_review_duration_seconds",
+			Help:    "Time to answer an admission review, from the first byte read to the response written, by outcome.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5},
+		}, []string{"outcome"}),
+	}
+	var err error
+	if m.Reviews, err = registerOrReuse(reg, m.Reviews); err != nil {
+		return nil, err
+	}
+	if m.Duration, err = registerOrReuse(reg, m.Duration); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(outcome string, dryRun bool, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.Reviews.WithLabelValues(outcome, strconv.FormatBool(dryRun)).Inc()
+	m.Duration.WithLabelValues(outcome).Observe(d.Seconds())
+}

@@ -1,0 +1,236 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
+)
+
+// One real kube-apiserver + etcd for the package, with the webhook
+// configuration from config/ installed (envtest points its clientConfig at
+// the local server and sets its caBundle), and the webhook running in-process
+// over TLS.
+var (
+	env         *envtest.Environment
+	k8s         client.Client
+	clientset   *kubernetes.Clientset
+	options     Options
+	metricsURL  string
+	readyURL    string
+	webhookURL  string
+	webhookTLS  *tls.Config
+	injectCfg   inject.Config
+	testTimeout = 30 * time.Second
+)
+
+const reporterImage = "registry.example.com/addon-heartbeat/reporter:v0.1.0-test"
+
+func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+
+func runSuite(m *testing.M) int {
+	log, err := logging.New("info")
+	if err != nil {
+		panic(err)
+	}
+	ctrl.SetLogger(log)
+	env, err = testenv.Start(testenv.Options{
+		WebhookPaths: []string{filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml")},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}()
+	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	clientset = kubernetes.NewForConfigOrDie(env.Config)
+
+	wio := env.WebhookInstallOptions
+	options = DefaultOptions()
+	options.Host = wio.LocalServingHost
+	options.Port = wio.LocalServingPort
+	options.CertDir = wio.LocalServingCertDir
+	options.MetricsBindAddress = freeAddr()
+	options.HealthProbeBindAddress = freeAddr()
+	options.ReporterImage = reporterImage
+	options.ShutdownTimeout = 5 * time.Second
+	if injectCfg, err = options.InjectConfig(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	metricsURL = "http://" + options.MetricsBindAddress + "/metrics"
+	readyURL = "http://" + options.HealthProbeBindAddress + "/readyz"
+	webhookURL = fmt.Sprintf("https://%s%s", net.JoinHostPort(wio.LocalServingHost, fmt.Sprint(wio.LocalServingPort)), Path)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(wio.LocalServingCAData)
+	webhookTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, options, env.Config, log.WithName("webhook")) }()
+	if err := waitHTTP(readyURL, http.StatusOK); err != nil {
+		fmt.Fprintln(os.Stderr, "webhook never became ready:", err)
+		cancel()
+		return 1
+	}
+
+	code := m.Run()
+
+	// Graceful shutdown: Run returns nil once the context is cancelled.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "webhook did not shut down cleanly:", err)
+			return 1
+		}
+	case <-time.After(testTimeout):
+		fmt.Fprintln(os.Stderr, "webhook did not stop within", testTimeout)
+		return 1
+	}
+	return code
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitHTTP(url string, want int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var last string
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: last %s: %w", url, last, err)
+	}
+	return nil
+}
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "addon-"}}
+	if err := k8s.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// addon is a small addon Deployment with the given annotations.
+func addon(ns, name string, annots map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annots},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "manager", Image: "registry.example.com/my-addon:v1.0.0",
+					Env: []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "info"}},
+				}}},
+			},
+		},
+	}
+}
+
+// metrics scrapes the webhook's /metrics endpoint.
+type metrics map[string]*dto.MetricFamily
+
+func scrape(t *testing.T) metrics {
+	t.Helper()
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// value sums the counter or histogram-count series of name whose labels
+// include every pair in match ("k=v").
+func (m metrics) value(name string, match ...string) float64 {
+	mf, ok := m[name]
+	if !ok {
+		return 0
+	}
+	var sum float64
+	for _, s := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for _, kv := range match {
+			k, v, _ := strings.Cut(kv, "=")
+			if labels[k] != v {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case s.Counter != nil:
+			sum += s.GetCounter().GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+const (
+	reviewsTotal  = "addon_heartbeat_webhook_reviews_total"
+	requestsTotal = "controller_runtime_webhook_requests_total"
+)
