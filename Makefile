@@ -25,6 +25,14 @@ test: ## Run every test against a real kube-apiserver and etcd.
 	@assets="$(ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
+.PHONY: demo
+demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).
+	$(GO) run ./hack/demo $(DEMO_FLAGS)
+
+.PHONY: bench
+bench: ## Run the Go benchmarks (figures in BENCHMARKS.md).
+	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./...
+
 .PHONY: vet
 vet:
 	$(GO) vet ./...

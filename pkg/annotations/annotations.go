@@ -161,7 +161,9 @@ func ValidateHealthURL(v string) error {
 		return bad("scheme must be http or https")
 	}
 	if u.User != nil {
-		return bad("credentials are not allowed in the URL")
+		// Never echo a password into an admission denial or a log.
+		return &Error{Key: HealthURL, Value: u.Redacted(),
+			Expected: "an http or https URL on a pod-local loopback host with a port, such as http://127.0.0.1:8081/healthz (credentials are not allowed in the URL)"}
 	}
 	host := u.Hostname()
 	if host != "localhost" {

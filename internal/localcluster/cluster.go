@@ -1,0 +1,217 @@
+// Package localcluster runs addon-heartbeat the way `make demo` and the
+// end-to-end tests do: a real etcd and kube-apiserver on loopback, the
+// project's binaries built and started as local processes, and the webhook
+// configuration from config/ pointed at the local webhook.
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/certs"
+)
+
+// Cluster is a local control plane with a work folder for its processes.
+type Cluster struct {
+	Env        *envtest.Environment
+	Config     *rest.Config
+	Client     client.Client
+	Dir        string
+	Kubeconfig string
+}
+
+// Start starts etcd and kube-apiserver with the upstream AddonInstance CRD.
+// Dir is a new temporary folder that Stop removes.
+func Start() (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "addon-heartbeat-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the work folder: %w", err)
+	}
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	c := &Cluster{Env: env, Config: env.Config, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	if err := os.WriteFile(c.Kubeconfig, env.KubeConfig, 0o600); err != nil {
+		return nil, errors.Join(fmt.Errorf("writing the kubeconfig: %w", err), c.Stop())
+	}
+	if c.Client, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return nil, errors.Join(fmt.Errorf("creating a client: %w", err), c.Stop())
+	}
+	return c, nil
+}
+
+// Stop stops the control plane and removes the work folder.
+func (c *Cluster) Stop() error {
+	return errors.Join(c.Env.Stop(), os.RemoveAll(c.Dir))
+}
+
+// Build compiles the given packages of this module (such as ./cmd/webhook)
+// into dir and returns the binaries' paths by base name.
+func Build(dir string, progress io.Writer, pkgs ...string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		name := filepath.Base(pkg)
+		bin := filepath.Join(dir, name)
+		fmt.Fprintf(progress, "building %s\n", pkg)
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = testenv.RepoRoot()
+		cmd.Stdout, cmd.Stderr = progress, progress
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("building %s: %w", pkg, err)
+		}
+		out[name] = bin
+	}
+	return out, nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Webhook is the webhook binary running locally.
+type Webhook struct {
+	*Process
+	Port       int
+	HealthPort int
+	MetricsURL string
+	CABundle   []byte
+}
+
+// WebhookOptions are the flags the local webhook gets beyond its addresses.
+type WebhookOptions struct {
+	ReporterImage string
+	ExtraArgs     []string
+}
+
+// StartWebhook writes a serving certificate for 127.0.0.1, starts the webhook
+// binary on loopback, and waits until it reports ready.
+func (c *Cluster) StartWebhook(ctx context.Context, bin string, o WebhookOptions, tee io.Writer) (*Webhook, error) {
+	now := time.Now()
+	ca, err := certs.NewCA("addon-heartbeat-local-ca", now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	serving, err := ca.Issue([]string{"127.0.0.1", "localhost"}, now, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(c.Dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the cert folder: %w", err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", name, err)
+		}
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	args := append([]string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--bind-host=127.0.0.1",
+		"--port=" + strconv.Itoa(ports[0]),
+		"--cert-dir=" + certDir,
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
+		"--reporter-image=" + o.ReporterImage,
+	}, o.ExtraArgs...)
+	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, nil, tee)
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{Process: p, Port: ports[0], HealthPort: ports[1],
+		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics", CABundle: ca.CertPEM}
+	if err := WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(ports[1])+"/readyz"); err != nil {
+		return nil, errors.Join(err, p.Stop(5*time.Second))
+	}
+	return w, nil
+}
+
+// WaitReady polls url until it answers 200, failing early if p exits.
+func WaitReady(ctx context.Context, p *Process, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if exited, err := p.Exited(); exited {
+			return false, fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.LogPath)
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s to be ready at %s: %w", p.Name, url, err)
+	}
+	return nil
+}
+
+// InstallWebhookConfiguration creates the webhook configuration from
+// config/webhook/manifests.yaml, pointed at the local webhook with its CA.
+func (c *Cluster) InstallWebhookConfiguration(ctx context.Context, w *Webhook) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the webhook configuration: %w", err)
+	}
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(data, &mwc); err != nil {
+		return nil, fmt.Errorf("parsing the webhook configuration: %w", err)
+	}
+	for i := range mwc.Webhooks {
+		cc := &mwc.Webhooks[i].ClientConfig
+		url := fmt.Sprintf("https://127.0.0.1:%d%s", w.Port, *cc.Service.Path)
+		cc.URL, cc.Service, cc.CABundle = &url, nil, w.CABundle
+	}
+	if err := c.Client.Create(ctx, &mwc); err != nil {
+		return nil, fmt.Errorf("creating the webhook configuration: %w", err)
+	}
+	return &mwc, nil
+}
+
+// EnsureKubeBinaries builds kube-apiserver and etcd when they are not cached
+// yet (hack/kube-binaries.sh, progress to progress) and points
+// KUBEBUILDER_ASSETS at them.
+func EnsureKubeBinaries(progress io.Writer) error {
+	if dir, err := testenv.AssetsDir(); err == nil {
+		return os.Setenv("KUBEBUILDER_ASSETS", dir)
+	}
+	cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "kube-binaries.sh"))
+	cmd.Stderr = progress
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("building kube-apiserver and etcd: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return os.Setenv("KUBEBUILDER_ASSETS", lines[len(lines)-1])
+}

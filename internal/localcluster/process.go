@@ -1,0 +1,106 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is a binary of ours running as a local process, with its output
+// going to a log file (and optionally a writer).
+type Process struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	mu      sync.Mutex
+	err     error
+}
+
+// StartProcess starts bin with args and env (added to a minimal environment).
+func StartProcess(name, logPath, bin string, args, env []string, tee io.Writer) (*Process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening the log of %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	var out io.Writer = logFile
+	if tee != nil {
+		out = io.MultiWriter(logFile, tee)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group, so that a Ctrl-C in the terminal reaches only the
+	// driver, which then stops each process in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has exited, and its error.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signalling %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits up to grace for the process to exit, then
+// kills it. It returns the exit error of a process that did not stop cleanly
+// on SIGTERM.
+func (p *Process) Stop(grace time.Duration) error {
+	if exited, _ := p.Exited(); exited {
+		return nil
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	select {
+	case <-p.done:
+		_, err := p.Exited()
+		if err != nil {
+			return fmt.Errorf("%s exited with %w after SIGTERM", p.Name, err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.Name, grace)
+	}
+}
