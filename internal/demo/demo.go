@@ -60,7 +60,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 	d.step("Starting etcd and kube-apiserver on 127.0.0.1, with the upstream AddonInstance CRD (addon-operator %s)", testenv.AddonOperatorVersion)
-	cluster, err := localcluster.Start()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{})
 	if err != nil {
 		return err
 	}

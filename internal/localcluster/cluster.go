@@ -31,37 +31,67 @@ import (
 
 // Cluster is a local control plane with a work folder for its processes.
 type Cluster struct {
-	Env        *envtest.Environment
-	Config     *rest.Config
-	Client     client.Client
-	Dir        string
-	Kubeconfig string
+	ControlPlane *ControlPlane
+	Config       *rest.Config
+	Client       client.Client
+	Dir          string
+	Kubeconfig   string
 }
 
-// Start starts etcd and kube-apiserver with the upstream AddonInstance CRD.
-// Dir is a new temporary folder that Stop removes.
-func Start() (*Cluster, error) {
+// Options of a local cluster.
+type Options struct {
+	// AuditLog asks the API server for a metadata-level audit log there.
+	AuditLog string
+}
+
+// Start starts etcd and kube-apiserver with the upstream AddonInstance CRD
+// installed. Dir is a new temporary folder that Stop removes.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "addon-heartbeat-")
 	if err != nil {
 		return nil, fmt.Errorf("creating the work folder: %w", err)
 	}
-	env, err := testenv.Start(testenv.Options{})
+	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop())
+		}
+	}()
+	if c.ControlPlane, err = StartControlPlane(ctx, dir, assets, o.AuditLog); err != nil {
+		return c, err
+	}
+	c.Config = c.ControlPlane.Config()
+	kubeconfig, err := c.ControlPlane.Kubeconfig()
 	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+		return c, fmt.Errorf("encoding the kubeconfig: %w", err)
 	}
-	c := &Cluster{Env: env, Config: env.Config, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
-	if err := os.WriteFile(c.Kubeconfig, env.KubeConfig, 0o600); err != nil {
-		return nil, errors.Join(fmt.Errorf("writing the kubeconfig: %w", err), c.Stop())
+	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return c, fmt.Errorf("writing the kubeconfig: %w", err)
 	}
-	if c.Client, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		return nil, errors.Join(fmt.Errorf("creating a client: %w", err), c.Stop())
+	crd, err := testenv.AddonInstanceCRD()
+	if err != nil {
+		return c, err
+	}
+	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: []string{crd}, ErrorIfPathMissing: true}); err != nil {
+		return c, fmt.Errorf("installing the AddonInstance CRD: %w", err)
+	}
+	if c.Client, err = client.New(c.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return c, fmt.Errorf("creating a client: %w", err)
 	}
 	return c, nil
 }
 
 // Stop stops the control plane and removes the work folder.
 func (c *Cluster) Stop() error {
-	return errors.Join(c.Env.Stop(), os.RemoveAll(c.Dir))
+	var errs []error
+	if c.ControlPlane != nil {
+		errs = append(errs, c.ControlPlane.Stop())
+	}
+	return errors.Join(append(errs, os.RemoveAll(c.Dir))...)
 }
 
 // Build compiles the given packages of this module (such as ./cmd/webhook)

@@ -94,6 +94,10 @@ func (p *Process) Stop(grace time.Duration) error {
 	select {
 	case <-p.done:
 		_, err := p.Exited()
+		if killedBy(err, syscall.SIGTERM) {
+			// Some daemons (etcd) end by the signal's default action.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%s exited with %w after SIGTERM", p.Name, err)
 		}
@@ -103,4 +107,13 @@ func (p *Process) Stop(grace time.Duration) error {
 		<-p.done
 		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.Name, grace)
 	}
+}
+
+func killedBy(err error, sig syscall.Signal) bool {
+	exit, ok := errors.AsType[*exec.ExitError](err)
+	if !ok {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
 }
