@@ -126,6 +126,8 @@ func FreePort() (int, error) {
 // Webhook is the webhook binary running locally.
 type Webhook struct {
 	*Process
+	bin        string
+	args       []string
 	Port       int
 	HealthPort int
 	MetricsURL string
@@ -178,13 +180,30 @@ func (c *Cluster) StartWebhook(ctx context.Context, bin string, o WebhookOptions
 	if err != nil {
 		return nil, err
 	}
-	w := &Webhook{Process: p, Port: ports[0], HealthPort: ports[1],
+	w := &Webhook{Process: p, bin: bin, args: args, Port: ports[0], HealthPort: ports[1],
 		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics", CABundle: ca.CertPEM}
 	if err := WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(ports[1])+"/readyz"); err != nil {
 		return nil, errors.Join(err, p.Stop(5*time.Second))
 	}
 	return w, nil
 }
+
+// Restart starts the webhook again after Stop, with the same certificate,
+// ports and flags, and waits until it is ready.
+func (w *Webhook) Restart(ctx context.Context) error {
+	if exited, _ := w.Exited(); !exited {
+		return fmt.Errorf("the webhook is still running (pid %d)", w.Pid())
+	}
+	p, err := StartProcess(w.Name, w.LogPath, w.bin, w.args, nil, nil)
+	if err != nil {
+		return err
+	}
+	w.Process = p
+	return WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(w.HealthPort)+"/readyz")
+}
+
+// Metric scrapes the webhook's /metrics and sums the samples of name.
+func (w *Webhook) Metric(name string) (float64, error) { return scrapeSum(w.MetricsURL, name) }
 
 // WaitReady polls url until it answers 200, failing early if p exits.
 func WaitReady(ctx context.Context, p *Process, url string) error {

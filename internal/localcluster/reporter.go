@@ -90,3 +90,8 @@ func (c *Cluster) StartReporter(bin string, d *appsv1.Deployment, podName string
 	}
 	return &Reporter{Process: p, HealthPort: health, MetricsPort: metrics, Invocation: inv}, nil
 }
+
+// Metric scrapes the reporter's /metrics and sums the samples of name.
+func (r *Reporter) Metric(name string) (float64, error) {
+	return scrapeSum("http://127.0.0.1:"+strconv.Itoa(r.MetricsPort)+"/metrics", name)
+}
