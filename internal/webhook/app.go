@@ -3,26 +3,36 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/certrotator"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -44,6 +54,37 @@ type Options struct {
 	// ShutdownTimeout bounds the graceful shutdown after SIGTERM.
 	ShutdownTimeout time.Duration
 
+	// Namespace is the webhook's own namespace: where the self-managed
+	// certificate Secret and the leader election Lease are.
+	Namespace string
+	// LeaderElect makes one replica run the controllers that write (RBAC,
+	// certificate rotation); every replica serves admissions.
+	LeaderElect      bool
+	LeaderElectionID string
+
+	// CertMode is CertModeDir (serve the files in CertDir, for example a
+	// cert-manager Secret mounted there) or CertModeSelfManaged.
+	CertMode string
+	// Self-managed certificates: the Secret holding the CA and the serving
+	// certificate, the names the certificate is for, the lifetimes (each
+	// renewed after two thirds), and the MutatingWebhookConfiguration whose
+	// caBundle is kept current.
+	CertSecretName    string
+	CertDNSNames      []string
+	CAValidity        time.Duration
+	CertValidity      time.Duration
+	WebhookConfigName string
+
+	// ReporterClusterRole is bound in each served namespace to the
+	// ServiceAccounts of injected Deployments, by a RoleBinding named
+	// ReporterRoleBindingName. Empty turns RBAC provisioning off.
+	ReporterClusterRole     string
+	ReporterRoleBindingName string
+	// NamespaceSelector is the webhook configuration's namespaceSelector (a
+	// JSON metav1.LabelSelector): RoleBindings are only made in the
+	// namespaces it selects.
+	NamespaceSelector string
+
 	// Reporter settings, turned into inject.Config by Validate.
 	ReporterImage           string
 	ReporterImagePullPolicy string
@@ -56,10 +97,33 @@ type Options struct {
 	ReporterLogLevel        string
 }
 
+// Certificate modes.
+const (
+	// CertModeDir serves the certificate files in --cert-dir and reloads
+	// them when they change.
+	CertModeDir = "dir"
+	// CertModeSelfManaged creates, rotates and serves the certificates from a
+	// Secret and keeps the webhook configuration's caBundle current.
+	CertModeSelfManaged = "self-managed"
+)
+
+// DefaultNamespaceSelector is config/webhook/manifests.yaml's.
+const DefaultNamespaceSelector = `{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn",` +
+	`"values":["kube-system","kube-public","kube-node-lease","addon-heartbeat-system"]}]}`
+
 // DefaultOptions are the defaults of every flag.
 func DefaultOptions() Options {
 	d := inject.DefaultConfig()
 	return Options{
+		LeaderElectionID:        "addon-heartbeat-webhook",
+		CertMode:                CertModeDir,
+		CertSecretName:          "addon-heartbeat-webhook-tls",
+		CAValidity:              5 * 365 * 24 * time.Hour,
+		CertValidity:            365 * 24 * time.Hour,
+		WebhookConfigName:       "addon-heartbeat",
+		ReporterClusterRole:     "addon-heartbeat-reporter",
+		ReporterRoleBindingName: "addon-heartbeat-reporter",
+		NamespaceSelector:       DefaultNamespaceSelector,
 		Port:                    9443,
 		CertDir:                 "/tmp/k8s-webhook-server/serving-certs",
 		CertName:                "tls.crt",
@@ -98,6 +162,63 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ReporterHealthPort, "reporter-health-port", o.ReporterHealthPort, "Pod-local port of the reporter's /healthz and /readyz.")
 	fs.IntVar(&o.ReporterMetricsPort, "reporter-metrics-port", o.ReporterMetricsPort, "Pod-local port of the reporter's /metrics.")
 	fs.StringVar(&o.ReporterLogLevel, "reporter-log-level", o.ReporterLogLevel, "Log level passed to injected reporters (debug, info or error); empty leaves their default.")
+
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace (certificate Secret, leader election Lease).")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one replica to run the writing controllers (RBAC, certificate rotation); all replicas serve.")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease in --namespace.")
+	fs.StringVar(&o.CertMode, "cert-mode", o.CertMode, "Serving certificate source: dir (files in --cert-dir, e.g. from cert-manager) or self-managed (a CA and certificate the webhook creates and rotates in --cert-secret-name).")
+	fs.StringVar(&o.CertSecretName, "cert-secret-name", o.CertSecretName, "Self-managed mode: Secret in --namespace holding the CA and serving certificate.")
+	fs.Func("cert-dns-names", "Self-managed mode: comma-separated names of the serving certificate (IP addresses become IP SANs).", func(v string) error {
+		o.CertDNSNames = splitList(v)
+		return nil
+	})
+	fs.DurationVar(&o.CAValidity, "ca-validity", o.CAValidity, "Self-managed mode: lifetime of the CA; replaced after two thirds of it.")
+	fs.DurationVar(&o.CertValidity, "cert-validity", o.CertValidity, "Self-managed mode: lifetime of the serving certificate; renewed after two thirds of it.")
+	fs.StringVar(&o.WebhookConfigName, "webhook-config-name", o.WebhookConfigName, "Self-managed mode: the MutatingWebhookConfiguration whose caBundle is kept current.")
+	fs.StringVar(&o.ReporterClusterRole, "reporter-cluster-role", o.ReporterClusterRole, "ClusterRole bound to the ServiceAccounts of injected Deployments; empty turns RBAC provisioning off.")
+	fs.StringVar(&o.ReporterRoleBindingName, "reporter-role-binding-name", o.ReporterRoleBindingName, "Name of the RoleBinding made in each namespace with injected Deployments.")
+	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "The webhook configuration's namespaceSelector as JSON; RoleBindings are only made in the namespaces it selects.")
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// RBACConfig is the RBAC controller's configuration; ok is false when RBAC
+// provisioning is off.
+func (o Options) RBACConfig() (cfg rbac.Config, ok bool, err error) {
+	if o.ReporterClusterRole == "" {
+		return rbac.Config{}, false, nil
+	}
+	var ls metav1.LabelSelector
+	if err := json.Unmarshal([]byte(o.NamespaceSelector), &ls); err != nil {
+		return rbac.Config{}, true, fmt.Errorf("--namespace-selector: expected a JSON label selector: %w", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil {
+		return rbac.Config{}, true, fmt.Errorf("--namespace-selector: %w", err)
+	}
+	cfg = rbac.Config{ClusterRole: o.ReporterClusterRole, RoleBindingName: o.ReporterRoleBindingName, NamespaceSelector: sel}
+	return cfg, true, cfg.Validate()
+}
+
+// CertConfig is the self-managed certificates' configuration.
+func (o Options) CertConfig() certrotator.Config {
+	return certrotator.Config{
+		Settings: certrotator.Settings{
+			CAValidity: o.CAValidity, CertValidity: o.CertValidity,
+			DNSNames: o.CertDNSNames, CACommonName: "addon-heartbeat-webhook-ca",
+		},
+		Namespace:         o.Namespace,
+		SecretName:        o.CertSecretName,
+		WebhookConfigName: o.WebhookConfigName,
+	}
 }
 
 // InjectConfig validates the options and returns the injector's Config.
@@ -137,8 +258,23 @@ func (o Options) Validate() error {
 	if o.Port < 1 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port=%d: expected 1-65535", o.Port))
 	}
-	if o.CertDir == "" {
-		errs = append(errs, errors.New("--cert-dir: must be set"))
+	switch o.CertMode {
+	case CertModeDir:
+		if o.CertDir == "" {
+			errs = append(errs, errors.New("--cert-dir: must be set"))
+		}
+	case CertModeSelfManaged:
+		if err := o.CertConfig().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--cert-mode=self-managed: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--cert-mode=%q: expected %s or %s", o.CertMode, CertModeDir, CertModeSelfManaged))
+	}
+	if o.LeaderElect && (o.Namespace == "" || o.LeaderElectionID == "") {
+		errs = append(errs, errors.New("--leader-elect: --namespace and --leader-election-id must be set"))
+	}
+	if _, _, err := o.RBACConfig(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := logging.New(o.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
@@ -168,7 +304,27 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	cfg, _ := o.InjectConfig() // validated above
+	cfg, _ := o.InjectConfig()               // validated above
+	rbacCfg, manageRBAC, _ := o.RBACConfig() // validated above
+	selfManaged := o.CertMode == CertModeSelfManaged
+	certCfg := o.CertConfig()
+
+	// Serving from memory in self-managed mode: the certificate is in the
+	// manager's cache as soon as the Secret changes, with no Secret volume
+	// (whose kubelet sync lags by up to a minute) and no writable folder.
+	var src *certrotator.Source
+	tlsOpts := []func(*tls.Config){tlsDefaults}
+	if selfManaged {
+		src = &certrotator.Source{}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = src.GetCertificate })
+	}
+	byObject := map[client.Object]cache.ByObject{}
+	if manageRBAC {
+		maps.Copy(byObject, rbacCfg.CacheOptions())
+	}
+	if selfManaged {
+		maps.Copy(byObject, certCfg.CacheOptions())
+	}
 	shutdown := o.ShutdownTimeout
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme(),
@@ -176,13 +332,24 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		GracefulShutdownTimeout: &shutdown,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.Namespace,
+		// Hand over at once on SIGTERM, so a rollout never waits a lease out.
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			ByObject:         byObject,
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+		// A second Run in one process (tests) registers the same controllers.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host:     o.Host,
 			Port:     o.Port,
 			CertDir:  o.CertDir,
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
-			TLSOpts:  []func(*tls.Config){tlsDefaults},
+			TLSOpts:  tlsOpts,
 		}),
 	})
 	if err != nil {
@@ -194,14 +361,28 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	}
 	server := mgr.GetWebhookServer()
 	server.Register(Path, &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics})
+	if selfManaged {
+		if err := certrotator.Setup(mgr, certCfg, src, log.WithName("certificates")); err != nil {
+			return fmt.Errorf("setting up self-managed certificates: %w", err)
+		}
+	}
+	if manageRBAC {
+		r := &rbac.Reconciler{Client: mgr.GetClient(), Config: rbacCfg, Log: log.WithName("rbac")}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up RBAC provisioning: %w", err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
-	// Ready once the TLS server answers: the API server can then call it.
+	// Ready once the TLS server answers with a certificate: the API server
+	// can then call it. In self-managed mode the handshake fails until the
+	// certificate is loaded from the Secret.
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	log.Info("starting the webhook", "port", o.Port, "certDir", o.CertDir, "reporterImage", cfg.Image, "nativeSidecar", cfg.NativeSidecar)
+	log.Info("starting the webhook", "port", o.Port, "certMode", o.CertMode, "certDir", o.CertDir,
+		"reporterImage", cfg.Image, "nativeSidecar", cfg.NativeSidecar, "leaderElect", o.LeaderElect, "rbac", manageRBAC)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

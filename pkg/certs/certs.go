@@ -170,3 +170,44 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// RenewAt is when a certificate should be replaced: after two thirds of its
+// lifetime, counted from when it was made here (NotBefore is backdated by the
+// clock-skew allowance, which is not part of the lifetime).
+func RenewAt(cert *x509.Certificate) time.Time {
+	issued := cert.NotBefore.Add(clockSkew)
+	if issued.After(cert.NotAfter) {
+		issued = cert.NotBefore
+	}
+	return issued.Add(cert.NotAfter.Sub(issued) * 2 / 3)
+}
+
+// ParseCerts parses every certificate in PEM data, such as a CA bundle,
+// skipping other blocks.
+func ParseCerts(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parsing a certificate: %w", err)
+		}
+		out = append(out, c)
+	}
+}
+
+// EncodeCerts is the PEM bundle of certs, in order.
+func EncodeCerts(certs ...*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, encodeCert(c.Raw)...)
+	}
+	return out
+}

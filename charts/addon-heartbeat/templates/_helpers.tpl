@@ -1,0 +1,130 @@
+{{/*
+Chart name, truncated to 63 characters (a DNS label).
+*/}}
+{{- define "addon-heartbeat.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name prefix of every resource: the release name, plus the chart name unless the release name already
+contains it. Truncated so that the longest suffix used below (-webhook-tls) still fits a DNS label.
+*/}}
+{{- define "addon-heartbeat.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "addon-heartbeat.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every resource.
+*/}}
+{{- define "addon-heartbeat.labels" -}}
+helm.sh/chart: {{ include "addon-heartbeat.chart" . }}
+{{ include "addon-heartbeat.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Labels that select the webhook pods. Never change them: a Deployment's selector is immutable.
+*/}}
+{{- define "addon-heartbeat.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "addon-heartbeat.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{/* Names of the resources, one helper each so that templates and flags agree. */}}
+{{- define "addon-heartbeat.serviceAccountName" -}}
+{{- include "addon-heartbeat.fullname" . }}
+{{- end }}
+{{- define "addon-heartbeat.serviceName" -}}
+{{- include "addon-heartbeat.fullname" . }}-webhook
+{{- end }}
+{{- define "addon-heartbeat.webhookConfigurationName" -}}
+{{- include "addon-heartbeat.fullname" . }}
+{{- end }}
+{{- define "addon-heartbeat.webhookRoleName" -}}
+{{- include "addon-heartbeat.fullname" . }}-webhook
+{{- end }}
+{{- define "addon-heartbeat.reporterRoleName" -}}
+{{- include "addon-heartbeat.fullname" . }}-reporter
+{{- end }}
+{{- define "addon-heartbeat.tlsSecretName" -}}
+{{- include "addon-heartbeat.fullname" . }}-webhook-tls
+{{- end }}
+{{- define "addon-heartbeat.leaderElectionID" -}}
+{{- include "addon-heartbeat.fullname" . }}-webhook
+{{- end }}
+{{- define "addon-heartbeat.servingCertificateName" -}}
+{{- include "addon-heartbeat.fullname" . }}-serving
+{{- end }}
+{{- define "addon-heartbeat.caName" -}}
+{{- include "addon-heartbeat.fullname" . }}-ca
+{{- end }}
+{{- define "addon-heartbeat.selfSignedIssuerName" -}}
+{{- include "addon-heartbeat.fullname" . }}-selfsigned
+{{- end }}
+
+{{/*
+Image reference: repository@digest when a digest is set, else repository:tag (the appVersion by
+default). Call with (dict "image" .Values.image "context" $).
+*/}}
+{{- define "addon-heartbeat.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .context.Chart.AppVersion .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+DNS names of the webhook Service, for its serving certificate.
+*/}}
+{{- define "addon-heartbeat.serviceDNSNames" -}}
+{{- $svc := include "addon-heartbeat.serviceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}
+
+{{/*
+The namespace selector of the webhook, as JSON. The system namespaces and the release namespace are
+always left out; the user's namespaceSelector adds to that. The webhook configuration and the RBAC
+controller (--namespace-selector) both use exactly this selector.
+*/}}
+{{- define "addon-heartbeat.namespaceSelector" -}}
+{{- $user := .Values.webhook.namespaceSelector }}
+{{- $exclude := dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (list "kube-system" "kube-public" "kube-node-lease" .Release.Namespace) }}
+{{- $sel := dict "matchExpressions" (prepend (default (list) $user.matchExpressions) $exclude) }}
+{{- with $user.matchLabels }}
+{{- $_ := set $sel "matchLabels" . }}
+{{- end }}
+{{- toJson $sel }}
+{{- end }}
+
+{{/*
+Lease names of the reporters, one per AddonInstance name, computed as the reporter does
+(pkg/heartbeat.LeaseName): "addon-heartbeat-<instance>", shortened with a hash suffix past 63 characters.
+*/}}
+{{- define "addon-heartbeat.reporterLeaseNames" -}}
+{{- $names := list }}
+{{- range .Values.reporter.addonInstanceNames }}
+{{- $name := printf "addon-heartbeat-%s" . }}
+{{- if gt (len $name) 63 }}
+{{- $name = printf "%s-%s" ($name | trunc 52 | regexReplaceAll "[.-]+$" "") (sha256sum . | trunc 10) }}
+{{- end }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}

@@ -1,0 +1,137 @@
+// Package chart renders and lints the addon-heartbeat Helm chart in-process
+// with Helm's own Go packages (loader, engine, lint), so that tests check
+// exactly what `helm install` and `helm lint` would produce.
+package chart
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/engine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+)
+
+// Release names the release a chart is rendered for.
+type Release struct {
+	Name      string
+	Namespace string
+}
+
+// DefaultRelease is the release that config/ is equivalent to.
+var DefaultRelease = Release{Name: "addon-heartbeat", Namespace: "addon-heartbeat-system"}
+
+// Dir is the chart's folder in the checkout.
+func Dir() string {
+	return filepath.Join(testenv.RepoRoot(), "charts", "addon-heartbeat")
+}
+
+// Render renders the chart with values over its defaults, validating them
+// against values.schema.json as `helm install` does, and returns every object
+// in a stable order (kind, namespace, name). NOTES.txt is returned apart.
+func Render(rel Release, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
+	ch, err := loader.Load(Dir())
+	if err != nil {
+		return nil, "", fmt.Errorf("loading the chart: %w", err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
+	vals, err := util.ToRenderValues(ch, values, common.ReleaseOptions{
+		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true,
+	}, caps)
+	if err != nil {
+		return nil, "", fmt.Errorf("values: %w", err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, "", fmt.Errorf("rendering the chart: %w", err)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			notes = files[name]
+			continue
+		}
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		docs, err := Decode([]byte(files[name]))
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", name, err)
+		}
+		objs = append(objs, docs...)
+	}
+	Sort(objs)
+	return objs, notes, nil
+}
+
+// Decode parses a multi-document YAML stream into objects, skipping empty
+// documents.
+func Decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decoding YAML: %w", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// Sort orders objects by kind, namespace and name.
+func Sort(objs []*unstructured.Unstructured) {
+	slices.SortFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return strings.Compare(Key(a), Key(b))
+	})
+}
+
+// Key identifies an object as "Kind namespace/name".
+func Key(o *unstructured.Unstructured) string {
+	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// Find returns the object with kind and name, or nil.
+func Find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// Lint runs `helm lint` (every rule, strict about the schema) with values
+// and returns its messages at warning level or above.
+func Lint(rel Release, values map[string]any) []support.Message {
+	linter := lint.RunAll(Dir(), values, rel.Namespace)
+	var msgs []support.Message
+	for _, m := range linter.Messages {
+		if m.Severity >= support.WarningSev {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
