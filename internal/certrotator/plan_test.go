@@ -116,7 +116,7 @@ func TestNext(t *testing.T) {
 				}
 				return p.Data
 			}(),
-			now: t0.Add(time.Hour),
+			now:     t0.Add(time.Hour),
 			trusted: nil, // a usable certificate for other names is replaced without waiting for trust
 			check: func(t *testing.T, p Plan) {
 				if !p.Changed || len(cert(t, p.Data[KeyCert]).DNSNames) != 1 || cert(t, p.Data[KeyCert]).DNSNames[0] != "svc.ns.svc" {
