@@ -1,0 +1,246 @@
+package rbac_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+)
+
+const reporterRole = "addon-heartbeat-reporter"
+
+var injected = map[string]string{annotations.Inject: "true"}
+
+// allowed asks the API server's authorizer whether sa in saNS may do attrs.
+func allowed(t *testing.T, saNS, sa string, attrs authzv1.ResourceAttributes) bool {
+	t.Helper()
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + saNS + ":" + sa,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + saNS, "system:authenticated"},
+		ResourceAttributes: &attrs,
+	}}
+	res, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status.Allowed
+}
+
+// subjects returns the names bound by the namespace's reporter RoleBinding,
+// or nil when there is none.
+func subjects(ctx context.Context, ns string) ([]string, error) {
+	var rb rbacv1.RoleBinding
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: reporterRole}, &rb); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range rb.Subjects {
+		out = append(out, s.Name)
+	}
+	return out, nil
+}
+
+func waitSubjects(t *testing.T, ns string, want ...string) {
+	t.Helper()
+	poll(t, fmt.Sprintf("RoleBinding in %s binding %v", ns, want), func(ctx context.Context) (bool, string) {
+		got, err := subjects(ctx, ns)
+		if len(want) == 0 {
+			return apierrors.IsNotFound(err), fmt.Sprintf("%v %v", got, err)
+		}
+		return err == nil && slices.Equal(got, want), fmt.Sprintf("%v %v", got, err)
+	})
+}
+
+// After the controller bound an injected Deployment's ServiceAccount, the
+// API server's authorizer allows that ServiceAccount exactly what the
+// reporter does, in its own namespace, and nothing else.
+func TestReporterPermissions(t *testing.T) {
+	ns := newNamespace(t, nil)
+	other := newNamespace(t, nil)
+	if err := k8s.Create(t.Context(), addon(ns, "my-addon", "my-addon-sa", injected)); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "my-addon-sa")
+
+	const ai, group = "addon-instance", "addons.managed.openshift.io"
+	res := func(ns, group, resource, sub, verb, name string) authzv1.ResourceAttributes {
+		return authzv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Subresource: sub, Verb: verb, Name: name}
+	}
+	tests := map[string]struct {
+		attrs authzv1.ResourceAttributes
+		want  bool
+	}{
+		// What the reporter does.
+		"get its AddonInstance":                         {res(ns, group, "addoninstances", "", "get", ai), true},
+		"list its AddonInstance by name":                {res(ns, group, "addoninstances", "", "list", ai), true},
+		"watch its AddonInstance by name":               {res(ns, group, "addoninstances", "", "watch", ai), true},
+		"get its status":                                {res(ns, group, "addoninstances", "status", "get", ai), true},
+		"update its status":                             {res(ns, group, "addoninstances", "status", "update", ai), true},
+		"patch its status":                              {res(ns, group, "addoninstances", "status", "patch", ai), true},
+		"update the status of a second listed instance": {res(ns, group, "addoninstances", "status", "update", "second"), true},
+		"get its Lease":                                 {res(ns, "coordination.k8s.io", "leases", "", "get", "addon-heartbeat-addon-instance"), true},
+		"update its Lease":                              {res(ns, "coordination.k8s.io", "leases", "", "update", "addon-heartbeat-addon-instance"), true},
+		"create a Lease":                                {res(ns, "coordination.k8s.io", "leases", "", "create", ""), true},
+		"get Deployments":                               {res(ns, "apps", "deployments", "", "get", "my-addon"), true},
+		"list Deployments":                              {res(ns, "apps", "deployments", "", "list", ""), true},
+		"watch Deployments":                             {res(ns, "apps", "deployments", "", "watch", ""), true},
+		"create Events":                                 {res(ns, "", "events", "", "create", ""), true},
+		"patch Events":                                  {res(ns, "", "events", "", "patch", "e"), true},
+		// Everything else.
+		"update the AddonInstance spec":                   {res(ns, group, "addoninstances", "", "update", ai), false},
+		"patch the AddonInstance spec":                    {res(ns, group, "addoninstances", "", "patch", ai), false},
+		"delete the AddonInstance":                        {res(ns, group, "addoninstances", "", "delete", ai), false},
+		"list every AddonInstance":                        {res(ns, group, "addoninstances", "", "list", ""), false},
+		"update the status of an unlisted instance":       {res(ns, group, "addoninstances", "status", "update", "someone-else"), false},
+		"get another namespace's AddonInstance":           {res(other, group, "addoninstances", "", "get", ai), false},
+		"update another namespace's AddonInstance status": {res(other, group, "addoninstances", "status", "update", ai), false},
+		"update another Lease":                            {res(ns, "coordination.k8s.io", "leases", "", "update", "kube-controller-manager"), false},
+		"delete its Lease":                                {res(ns, "coordination.k8s.io", "leases", "", "delete", "addon-heartbeat-addon-instance"), false},
+		"update Deployments":                              {res(ns, "apps", "deployments", "", "update", "my-addon"), false},
+		"get Secrets":                                     {res(ns, "", "secrets", "", "get", "any"), false},
+		"list Secrets":                                    {res(ns, "", "secrets", "", "list", ""), false},
+		"list Deployments in another namespace":           {res(other, "apps", "deployments", "", "list", ""), false},
+		"list Deployments cluster-wide":                   {res("", "apps", "deployments", "", "list", ""), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := allowed(t, ns, "my-addon-sa", tc.attrs); got != tc.want {
+				t.Errorf("allowed = %v, want %v for %+v", got, tc.want, tc.attrs)
+			}
+		})
+	}
+	// A ServiceAccount of the same namespace that no injected Deployment
+	// uses gets nothing.
+	if allowed(t, ns, "bystander", res(ns, group, "addoninstances", "status", "update", ai)) {
+		t.Error("a ServiceAccount no injected Deployment uses was granted the reporter role")
+	}
+}
+
+// The RoleBinding follows the injected Deployments: subjects change with
+// their ServiceAccounts and the RoleBinding goes with the last of them.
+func TestRoleBindingFollowsDeployments(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t, nil)
+	a := addon(ns, "a", "sa-a", injected)
+	b := addon(ns, "b", "", injected) // runs as "default"
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, addon(ns, "not-injected", "sa-plain", nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "default", "sa-a")
+
+	// b changes its ServiceAccount.
+	b.Spec.Template.Spec.ServiceAccountName = "sa-b"
+	if err := k8s.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "sa-a", "sa-b")
+	if allowed(t, ns, "default", authzv1.ResourceAttributes{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Verb: "get", Name: "addon-instance"}) {
+		t.Error("the ServiceAccount no Deployment uses any more keeps the reporter role")
+	}
+
+	// a opts out (the webhook removes its status annotation on the way).
+	a.Annotations = map[string]string{annotations.Inject: "false"}
+	if err := k8s.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "sa-b")
+
+	// The last injected Deployment goes: so does the RoleBinding.
+	if err := k8s.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns)
+	if allowed(t, ns, "sa-b", authzv1.ResourceAttributes{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Subresource: "status", Verb: "update", Name: "addon-instance"}) {
+		t.Error("permissions outlived the RoleBinding")
+	}
+}
+
+// A RoleBinding deleted or edited by hand is put back.
+func TestRoleBindingRestored(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t, nil)
+	if err := k8s.Create(ctx, addon(ns, "a", "sa-a", injected)); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "sa-a")
+	var rb rbacv1.RoleBinding
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: reporterRole}, &rb); err != nil {
+		t.Fatal(err)
+	}
+	rb.Subjects = append(rb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: "intruder", Namespace: ns})
+	if err := k8s.Update(ctx, &rb); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns, "sa-a")
+	if err := k8s.Delete(ctx, &rb); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "RoleBinding recreated", func(ctx context.Context) (bool, string) {
+		var again rbacv1.RoleBinding
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: reporterRole}, &again)
+		return err == nil && again.UID != rb.UID && again.Labels[rbac.ManagedByLabel] == rbac.ManagedByValue, fmt.Sprint(err)
+	})
+}
+
+// Annotating a Deployment grants nothing in a namespace the webhook's
+// namespaceSelector leaves out (here by label, and the webhook's own
+// namespace), and a namespace that leaves the selector loses its RoleBinding.
+func TestNamespaceOutsideSelector(t *testing.T) {
+	ctx := t.Context()
+	disabled := map[string]string{"example.com/addons": "disabled"}
+	out := newNamespace(t, disabled)
+	if err := k8s.Create(ctx, addon(out, "a", "sa-a", injected)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, addon("addon-heartbeat-system", "sneaky", "sa-sneaky", injected)); err != nil {
+		t.Fatal(err)
+	}
+	// A namespace in the selector, created afterwards, as a sign that the
+	// controller has seen the Deployments above.
+	in := newNamespace(t, nil)
+	if err := k8s.Create(ctx, addon(in, "a", "sa-a", injected)); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, in, "sa-a")
+	for _, ns := range []string{out, "addon-heartbeat-system"} {
+		if got, err := subjects(ctx, ns); !apierrors.IsNotFound(err) {
+			t.Errorf("namespace %s outside the selector has a RoleBinding for %v (%v)", ns, got, err)
+		}
+	}
+	if allowed(t, out, "sa-a", authzv1.ResourceAttributes{Namespace: out, Group: "addons.managed.openshift.io", Resource: "addoninstances", Subresource: "status", Verb: "update", Name: "addon-instance"}) {
+		t.Error("a ServiceAccount outside the selector was granted the reporter role")
+	}
+
+	// The admin lets the namespace in, then leaves it out again.
+	setLabels := func(ns string, labels map[string]string) {
+		t.Helper()
+		var n corev1.Namespace
+		if err := k8s.Get(ctx, types.NamespacedName{Name: ns}, &n); err != nil {
+			t.Fatal(err)
+		}
+		n.Labels = labels
+		if err := k8s.Update(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabels(out, nil)
+	waitSubjects(t, out, "sa-a")
+	setLabels(out, disabled)
+	waitSubjects(t, out)
+}
