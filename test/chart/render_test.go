@@ -210,7 +210,7 @@ func hasRule(rules []rbacv1.PolicyRule, resource, verb, name string) bool {
 // expanded as the kubelet does.
 func containerArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 	t.Helper()
-	dep := convert[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "addon-heartbeat-webhook"))
+	dep := convert[appsv1.Deployment](t, onlyOfKind(t, objs, "Deployment"))
 	var out []string
 	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
 		out = append(out, strings.ReplaceAll(a, "$(POD_NAMESPACE)", dep.Namespace))
