@@ -1,0 +1,118 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// beatResult is what one heartbeat did.
+type beatResult int
+
+const (
+	// beatWritten: the status write went through.
+	beatWritten beatResult = iota
+	// beatWaiting: nothing to write to yet (the AddonInstance does not exist
+	// or its watch has not synced); not a failure.
+	beatWaiting
+	// beatFailed: the write failed; the loop backs off.
+	beatFailed
+)
+
+// errRestart ends a term of leadership so that the election restarts with
+// timings that fit a shorter period.
+var errRestart = errors.New("heartbeat period shortened: restarting leader election with matching timings")
+
+// target is what the loop knows of its AddonInstance between heartbeats.
+type target struct {
+	present bool
+	period  time.Duration
+}
+
+// loop is the one goroutine that schedules and performs heartbeats.
+type loop struct {
+	clock clock.Clock
+	// observe reads the AddonInstance from the watch cache.
+	observe func() target
+	// beat performs one heartbeat.
+	beat func(ctx context.Context) beatResult
+	// kick is signalled (non-blocking, capacity 1) when the watched
+	// AddonInstance changes.
+	kick <-chan struct{}
+	// restart, when set, says whether the leadership term must restart for
+	// a new period.
+	restart func(period time.Duration) bool
+}
+
+// run heartbeats until ctx ends (nil) or restart asks for it (errRestart).
+// Ticks fall on origin + k x period; after a failure it retries with a
+// growing backoff but never later than the next scheduled tick.
+func (l *loop) run(ctx context.Context) error {
+	now := l.clock.Now()
+	cur := l.observe()
+	origin, due := now, now
+	var backoff time.Duration
+	timer := l.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.kick:
+			t := l.observe()
+			if l.restart != nil && l.restart(t.period) {
+				return errRestart
+			}
+			now := l.clock.Now()
+			switch {
+			case t.present && !cur.present:
+				// (re)created, or the watch just synced: beat at once.
+				origin, due, backoff = now, now, 0
+			case t.period != cur.period:
+				last := lastTick(origin, cur.period, now)
+				if last.Add(t.period).After(now) {
+					origin, due = last, last.Add(t.period)
+				} else {
+					origin, due = now, now
+				}
+			default:
+				cur = t
+				continue
+			}
+			cur = t
+			resetTimer(timer, due.Sub(now))
+		case <-timer.C():
+			res := l.beat(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			// A change seen during the write is handled by the kick that
+			// follows; until then the schedule stays as it was.
+			now := l.clock.Now()
+			next := nextTick(origin, cur.period, now)
+			if res == beatFailed {
+				backoff = nextBackoff(backoff, cur.period)
+				if retry := now.Add(backoff); retry.Before(next) {
+					next = retry
+				}
+			} else {
+				backoff = 0
+			}
+			due = next
+			resetTimer(timer, due.Sub(now))
+		}
+	}
+}
+
+// resetTimer re-arms a timer whether or not it fired.
+func resetTimer(t clock.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+	t.Reset(max(d, 0))
+}

@@ -1,0 +1,92 @@
+package heartbeat
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Failure reasons, the "reason" label of the failures counter.
+const (
+	failConflict    = "conflict"
+	failForbidden   = "forbidden"
+	failNotFound    = "not_found"
+	failTimeout     = "timeout"
+	failUnavailable = "unavailable"
+	failOther       = "other"
+)
+
+// metrics are one Reporter's Prometheus series, labelled with its
+// AddonInstance's namespace and name.
+type metrics struct {
+	sent        prometheus.Counter
+	failed      *prometheus.CounterVec
+	lastSuccess prometheus.Gauge
+	latency     prometheus.Observer
+	leader      prometheus.Gauge
+	conflicts   prometheus.Counter
+}
+
+var instanceLabels = []string{"namespace", "addon_instance"}
+
+func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, error) {
+	sent := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "addon_heartbeat_heartbeats_sent_total",
+		Help: "Heartbeats written to the AddonInstance status.",
+	}, instanceLabels)
+	failed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "addon_heartbeat_heartbeats_failed_total",
+		Help: "Heartbeats that could not be written, by reason (conflict, forbidden, not_found, timeout, unavailable, other).",
+	}, append(instanceLabels, "reason"))
+	last := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_last_success_timestamp_seconds",
+		Help: "Unix time of the last heartbeat written.",
+	}, instanceLabels)
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "addon_heartbeat_write_duration_seconds",
+		Help:    "Duration of one heartbeat status write, conflict retries included.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, instanceLabels)
+	leader := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_is_leader",
+		Help: "1 while this process is the one writer for the AddonInstance.",
+	}, instanceLabels)
+	conflicts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "addon_heartbeat_conflicts_retried_total",
+		Help: "Status write conflicts retried against fresh state.",
+	}, instanceLabels)
+
+	var err error
+	register := func(c prometheus.Collector) prometheus.Collector {
+		if e := reg.Register(c); e != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(e, &are) {
+				return are.ExistingCollector
+			}
+			err = errors.Join(err, e)
+		}
+		return c
+	}
+	sent = register(sent).(*prometheus.CounterVec)
+	failed = register(failed).(*prometheus.CounterVec)
+	last = register(last).(*prometheus.GaugeVec)
+	latency = register(latency).(*prometheus.HistogramVec)
+	leader = register(leader).(*prometheus.GaugeVec)
+	conflicts = register(conflicts).(*prometheus.CounterVec)
+	if err != nil {
+		return nil, err
+	}
+	l := prometheus.Labels{"namespace": namespace, "addon_instance": name}
+	failedCurried, err := failed.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{
+		sent:        sent.With(l),
+		failed:      failedCurried,
+		lastSuccess: last.With(l),
+		latency:     latency.With(l),
+		leader:      leader.With(l),
+		conflicts:   conflicts.With(l),
+	}, nil
+}

@@ -1,0 +1,32 @@
+package heartbeat
+
+import (
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// PolicyRules are the only permissions a Reporter uses, in the AddonInstance's
+// namespace, for the AddonInstance named instance:
+//
+//   - get, list, watch that AddonInstance (list and watch carry a field
+//     selector on its name, so resourceNames applies to them too);
+//   - update its status (the heartbeat);
+//   - get and update the election Lease LeaseName(instance), and create
+//     Leases (create cannot be restricted by name);
+//   - list and watch Deployments (zero-code health; not needed in SDK mode
+//     without DeploymentHealth).
+//
+// It never needs patch, delete, or any access to the AddonInstance spec.
+func PolicyRules(instance string) []rbacv1.PolicyRule {
+	group := addonsv1alpha1.GroupVersion.Group
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{"addoninstances"}, ResourceNames: []string{instance},
+			Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{group}, Resources: []string{"addoninstances/status"}, ResourceNames: []string{instance},
+			Verbs: []string{"update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName(instance)},
+			Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
+	}
+}

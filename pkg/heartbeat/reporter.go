@@ -1,0 +1,390 @@
+package heartbeat
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+)
+
+// FieldManager is the field manager of the reporter's status writes, so that
+// managedFields show which fields the reporter wrote.
+const FieldManager = "addon-heartbeat-reporter"
+
+// Options configure a Reporter.
+type Options struct {
+	// Namespace of the AddonInstance (the addon's target namespace). Required.
+	Namespace string
+	// Name of the AddonInstance; annotations.DefaultAddonInstance when empty.
+	Name string
+	// DeleteAck says how markedForDeletion is acknowledged: auto (the
+	// default) reports ReadyToBeDeleted=True at once; manual reports False
+	// until the addon sets ReadyToBeDeleted itself with SetCondition.
+	DeleteAck annotations.DeleteAckMode
+	// DeploymentHealth makes the availability of every Deployment in
+	// Namespace injected for this AddonInstance a component (zero-code mode).
+	DeploymentHealth bool
+	// HealthURL, when set, is a pod-local URL checked each period (a
+	// component named HealthURLComponent). It must pass
+	// annotations.ValidateHealthURL.
+	HealthURL string
+
+	// DisableLeaderElection turns off the Reporter's own per-AddonInstance
+	// election. Then NeedLeaderElection is true and the manager's own leader
+	// election decides: use it only when that election already guarantees one
+	// writer per AddonInstance across every Deployment that reports into it.
+	DisableLeaderElection bool
+	// LeaseNamespace holds the election Lease; Namespace when empty.
+	LeaseNamespace string
+	// Identity in the Lease; the host name plus a random suffix when empty.
+	Identity string
+
+	// Logger; logr.Discard() when unset.
+	Logger logr.Logger
+	// Registerer for the Reporter's metrics; controller-runtime's registry
+	// (served by the manager's metrics endpoint) when nil.
+	Registerer prometheus.Registerer
+	// ErrorLogInterval is how often a persisting error is logged again;
+	// DefaultErrorLogInterval when zero.
+	ErrorLogInterval time.Duration
+}
+
+// Reporter keeps one AddonInstance's heartbeat and conditions current. Create
+// it with New and add it to a manager (or call Start). Its SDK methods
+// (SetHealth, SetCondition, ...) are safe for concurrent use and take effect
+// with the next heartbeat, within one period.
+type Reporter struct {
+	opts            Options
+	key             types.NamespacedName
+	cfg             *rest.Config
+	http            *http.Client
+	scheme          *runtime.Scheme
+	mapper          meta.RESTMapper
+	client          client.Client
+	leases          coordinationv1client.LeasesGetter
+	metrics         *metrics
+	log             logr.Logger
+	limiter         *errorLimiter
+	clock           clock.WithTicker
+	health          *healthChecker
+	started         atomic.Bool
+	leading         atomic.Bool
+	leadMu          sync.Mutex // held by the one heartbeat loop
+	releaseOnCancel bool       // false only in tests: keep the Lease on cancel, like a killed process
+
+	mu         sync.Mutex // guards the SDK state below
+	components map[string]Component
+	overrides  map[string]metav1.Condition
+	removed    map[string]bool
+
+	// State of the heartbeat loop, touched only while leadMu is held.
+	installed bool
+	seen      map[string]bool
+	waiting   bool
+	failing   bool
+}
+
+var (
+	_ manager.Runnable               = &Reporter{}
+	_ manager.LeaderElectionRunnable = &Reporter{}
+)
+
+// New validates opts and builds a Reporter that talks to the API server of
+// cfg. It does no I/O.
+func New(cfg *rest.Config, opts Options) (*Reporter, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("heartbeat: Options.Namespace is required")
+	}
+	if errs := validation.IsDNS1123Label(opts.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("heartbeat: namespace %q: %s", opts.Namespace, errs[0])
+	}
+	if opts.Name == "" {
+		opts.Name = annotations.DefaultAddonInstance
+	}
+	if errs := validation.IsDNS1123Subdomain(opts.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("heartbeat: AddonInstance name %q: %s", opts.Name, errs[0])
+	}
+	if opts.DeleteAck == "" {
+		opts.DeleteAck = annotations.DefaultDeleteAck
+	}
+	if _, err := annotations.ParseDeleteAck(string(opts.DeleteAck)); err != nil {
+		return nil, fmt.Errorf("heartbeat: delete-ack: %w", err)
+	}
+	if opts.HealthURL != "" {
+		if err := annotations.ValidateHealthURL(opts.HealthURL); err != nil {
+			return nil, fmt.Errorf("heartbeat: health URL: %w", err)
+		}
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = opts.Namespace
+	}
+	if opts.Identity == "" {
+		host, _ := os.Hostname()
+		opts.Identity = host + "_" + string(uuid.NewUUID())
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = ctrlmetrics.Registry
+	}
+	if opts.ErrorLogInterval <= 0 {
+		opts.ErrorLogInterval = DefaultErrorLogInterval
+	}
+
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = FieldManager
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: building the HTTP client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(appsv1.AddToScheme(scheme))
+	utilruntime.Must(addonsv1alpha1.AddToScheme(scheme))
+	mapper := newMapper()
+	cl, err := client.New(cfg, client.Options{HTTPClient: httpClient, Scheme: scheme, Mapper: mapper})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: building the client: %w", err)
+	}
+	leases, err := coordinationv1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: building the Lease client: %w", err)
+	}
+	m, err := newMetrics(opts.Registerer, opts.Namespace, opts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: registering metrics: %w", err)
+	}
+	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.Name}
+	clk := clock.RealClock{}
+	r := &Reporter{
+		opts:            opts,
+		key:             key,
+		cfg:             cfg,
+		http:            httpClient,
+		scheme:          scheme,
+		mapper:          mapper,
+		client:          cl,
+		leases:          leases,
+		metrics:         m,
+		log:             opts.Logger.WithValues("addonInstance", key.String()),
+		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
+		clock:           clk,
+		releaseOnCancel: true,
+		components:      map[string]Component{},
+		overrides:       map[string]metav1.Condition{},
+		removed:         map[string]bool{},
+		seen:            map[string]bool{},
+	}
+	if opts.HealthURL != "" {
+		r.health = newHealthChecker(opts.HealthURL)
+	}
+	return r, nil
+}
+
+func newMapper() meta.RESTMapper {
+	// A static mapper for the few kinds the Reporter reads: no discovery
+	// requests. The cache looks list kinds up for their scope only.
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, gvk := range []schema.GroupVersionKind{
+		addonsv1alpha1.GroupVersion.WithKind("AddonInstance"),
+		addonsv1alpha1.GroupVersion.WithKind("AddonInstanceList"),
+		appsv1.SchemeGroupVersion.WithKind("Deployment"),
+		appsv1.SchemeGroupVersion.WithKind("DeploymentList"),
+	} {
+		m.Add(gvk, meta.RESTScopeNamespace)
+	}
+	return m
+}
+
+// NeedLeaderElection is false: the Reporter runs on every replica and elects
+// one writer per AddonInstance with its own Lease, across all the Deployments
+// that report into that AddonInstance, whatever the manager's own election
+// does. With Options.DisableLeaderElection it is true and the manager's
+// election gates it instead.
+func (r *Reporter) NeedLeaderElection() bool {
+	return r.opts.DisableLeaderElection
+}
+
+// IsLeader reports whether this Reporter is currently the one writer.
+func (r *Reporter) IsLeader() bool {
+	return r.leading.Load()
+}
+
+// SetHealth reports the health of one component of the addon (SDK mode). It
+// replaces an earlier report of the same name. Components drive Degraded and
+// Installed together with the Deployments and the health URL.
+func (r *Reporter) SetHealth(c Component) error {
+	if c.Name == "" {
+		return errors.New("heartbeat: component name is empty")
+	}
+	if !c.Available && c.Reason != "" && !reasonPattern.MatchString(c.Reason) {
+		return fmt.Errorf("heartbeat: component %s: reason %q: expected a CamelCase word", c.Name, c.Reason)
+	}
+	if c.Message == "" {
+		if c.Available {
+			c.Message = c.Name + " available"
+		} else {
+			c.Message = c.Name + " unavailable"
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.components[c.Name] = c
+	return nil
+}
+
+// RemoveHealth forgets a component reported with SetHealth.
+func (r *Reporter) RemoveHealth(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.components, name)
+}
+
+// SetCondition reports a condition on the AddonInstance (SDK mode), as the
+// upstream design's SetAndSendHeartbeat intended. It replaces the computed
+// condition of the same type (for example ReadyToBeDeleted=True acknowledges
+// deletion with delete-ack manual) and is written with the next heartbeat.
+// The short upstream type names (Degraded, Installed, ReadyToBeDeleted) get
+// their group prefix. Healthy is refused: the addon-operator computes it.
+// LastTransitionTime and ObservedGeneration are filled in by the Reporter.
+func (r *Reporter) SetCondition(c metav1.Condition) error {
+	c.Type = normalizeType(c.Type)
+	if err := ValidateCondition(c); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.overrides[c.Type] = c
+	delete(r.removed, c.Type)
+	return nil
+}
+
+// RemoveCondition withdraws a condition set with SetCondition: a computed
+// condition of that type takes over again, and a type only the addon
+// reported is removed from the status with the next heartbeat.
+func (r *Reporter) RemoveCondition(condType string) {
+	condType = normalizeType(condType)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.overrides[condType]; !ok {
+		return
+	}
+	delete(r.overrides, condType)
+	switch condType {
+	case ConditionDegraded, ConditionInstalled, ConditionReadyToBeDeleted:
+	default:
+		r.removed[condType] = true
+	}
+}
+
+// sdkState copies the SDK inputs, sorted, for one heartbeat.
+func (r *Reporter) sdkState() (comps []Component, overrides []metav1.Condition, removed []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.components {
+		comps = append(comps, c)
+	}
+	for _, c := range r.overrides {
+		overrides = append(overrides, c)
+	}
+	for t := range r.removed {
+		removed = append(removed, t)
+	}
+	slices.SortFunc(overrides, func(a, b metav1.Condition) int { return cmp.Compare(a.Type, b.Type) })
+	slices.Sort(removed)
+	return comps, overrides, removed
+}
+
+// write performs one heartbeat: lastHeartbeatTime and the owned conditions
+// in one Status().Update of cached, retrying conflicts a bounded number of
+// times against a fresh read. The caller bounds ctx.
+func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component) error {
+	_, overrides, removed := r.sdkState()
+	obj := cached.DeepCopy()
+	attempt := 0
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if attempt > 0 {
+			r.metrics.conflicts.Inc()
+			fresh := &addonsv1alpha1.AddonInstance{}
+			if err := r.client.Get(ctx, r.key, fresh); err != nil {
+				return fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
+			}
+			obj = fresh
+		}
+		attempt++
+		now := r.clock.Now()
+		if comps != nil {
+			r.installed = Installed(r.installed, obj.Status.Conditions, comps, r.seen)
+		}
+		d := Compute(Observation{
+			Components:        comps,
+			Installed:         r.installed,
+			MarkedForDeletion: obj.Spec.MarkedForDeletion,
+			DeleteAck:         r.opts.DeleteAck,
+			Overrides:         overrides,
+			Removed:           removed,
+		})
+		Apply(&obj.Status.Conditions, d, obj.Generation, now)
+		obj.Status.LastHeartbeatTime = metav1.NewTime(now)
+		if err := r.client.Status().Update(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+			return fmt.Errorf("updating AddonInstance %s status: %w", r.key, err)
+		}
+		return nil
+	})
+}
+
+// failureReason classifies a failed write for the metrics.
+func failureReason(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return failConflict
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return failForbidden
+	case apierrors.IsNotFound(err):
+		return failNotFound
+	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
+		return failTimeout
+	case apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), apierrors.IsInternalError(err),
+		apierrors.IsUnexpectedServerError(err), isConnectionError(err):
+		return failUnavailable
+	default:
+		return failOther
+	}
+}
+
+func isConnectionError(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr)
+}
