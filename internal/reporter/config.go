@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -48,7 +49,11 @@ type Config struct {
 	// Kubeconfig is a kubeconfig file; empty means KUBECONFIG, then
 	// in-cluster, then ~/.kube/config (controller-runtime's rules).
 	Kubeconfig string
-	// Zap are the logging options (--zap-log-level and friends).
+	// LogLevel is --log-level: debug, info or error (empty: --zap-log-level,
+	// info by default).
+	LogLevel string
+	// Zap are the logging options (--zap-log-level and friends), with
+	// LogLevel applied.
 	Zap zap.Options
 }
 
@@ -79,6 +84,8 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		"Namespace of the election Lease; "+EnvTargetNamespace+" when empty.")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; otherwise KUBECONFIG, the in-cluster config, or ~/.kube/config.")
+	fs.StringVar(&cfg.LogLevel, "log-level", "",
+		"Log level: debug, info or error (the same as --zap-log-level).")
 	cfg.Zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -88,6 +95,18 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("invalid command line: unexpected argument %q", fs.Arg(0))
+	}
+
+	switch cfg.LogLevel {
+	case "":
+	case "debug":
+		cfg.Zap.Level = zapcore.DebugLevel
+	case "info":
+		cfg.Zap.Level = zapcore.InfoLevel
+	case "error":
+		cfg.Zap.Level = zapcore.ErrorLevel
+	default:
+		return cfg, fmt.Errorf(`--log-level: invalid value %q: expected "debug", "info" or "error"`, cfg.LogLevel)
 	}
 
 	cfg.Namespace = strings.TrimSpace(getenv(EnvTargetNamespace))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
@@ -41,6 +42,12 @@ func TestParseConfig(t *testing.T) {
 				HealthURL: "http://127.0.0.1:8081/healthz", HealthProbeAddr: ":9781", MetricsAddr: ":9782",
 				LeaderElectionNamespace: "my-addon", Identity: "addon-7d9f-x2", PodNamespace: "my-addon"},
 		},
+		"log level": {
+			args: []string{"--log-level=debug"},
+			env:  map[string]string{EnvTargetNamespace: "my-addon"},
+			want: Config{AddonInstance: "addon-instance", Namespace: "my-addon", DeleteAck: annotations.DeleteAckAuto,
+				HealthProbeAddr: ":9781", MetricsAddr: ":9782", LeaderElectionNamespace: "my-addon", LogLevel: "debug"},
+		},
 		"local run": {
 			args: []string{"--kubeconfig=/tmp/kc", "--leader-election-namespace=elsewhere", "--zap-log-level=debug",
 				"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0"},
@@ -57,6 +64,9 @@ func TestParseConfig(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreTypes(zap.Options{})); diff != "" {
 				t.Errorf("ParseConfig (-want +got):\n%s", diff)
+			}
+			if tt.want.LogLevel == "debug" && (got.Zap.Level == nil || !got.Zap.Level.Enabled(zapcore.DebugLevel)) {
+				t.Errorf("--log-level=debug did not enable debug logs")
 			}
 		})
 	}
@@ -78,7 +88,8 @@ func TestParseConfigErrorsNameTheSetting(t *testing.T) {
 		"bad probe address":    {args: []string{"--health-probe-bind-address=localhost"}, env: injectedEnv, wantErr: []string{"--health-probe-bind-address"}},
 		"bad lease namespace":  {args: []string{"--leader-election-namespace=a.b"}, env: injectedEnv, wantErr: []string{"--leader-election-namespace"}},
 		"unknown flag":         {args: []string{"--period=5s"}, env: injectedEnv, wantErr: []string{"flag provided but not defined: -period"}},
-		"bad log level":        {args: []string{"--zap-log-level=loud"}, env: injectedEnv, wantErr: []string{"zap-log-level"}},
+		"bad zap log level":    {args: []string{"--zap-log-level=loud"}, env: injectedEnv, wantErr: []string{"zap-log-level"}},
+		"bad log level":        {args: []string{"--log-level=loud"}, env: injectedEnv, wantErr: []string{"--log-level", `"loud"`}},
 		"stray argument":       {args: []string{"extra"}, env: injectedEnv, wantErr: []string{`unexpected argument "extra"`}},
 	}
 	for name, tt := range tests {
