@@ -122,7 +122,7 @@ Lease names of the reporters, one per AddonInstance name, computed as the report
 {{- range .Values.reporter.addonInstanceNames }}
 {{- $name := printf "addon-heartbeat-%s" . }}
 {{- if gt (len $name) 63 }}
-{{- $name = printf "%s-%s" ($name | trunc 52 | regexReplaceAll "[.-]+$" "") (sha256sum . | trunc 10) }}
+{{- $name = printf "%s-%s" (regexReplaceAll "[.-]+$" ($name | trunc 52) "") (sha256sum . | trunc 10) }}
 {{- end }}
 {{- $names = append $names $name }}
 {{- end }}
