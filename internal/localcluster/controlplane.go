@@ -158,13 +158,22 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	return nil
 }
 
+// apiserverGrace is how long kube-apiserver gets after SIGTERM. It waits
+// for open watches to end before it exits, and its clients' watches do not
+// end by themselves; like a kubelet after a pod's grace period, Stop then
+// kills it, which clients must survive just the same.
+const apiserverGrace = 5 * time.Second
+
 // StopAPIServer stops kube-apiserver, keeping etcd and every credential.
 func (cp *ControlPlane) StopAPIServer() error {
 	if cp.apiserver == nil {
 		return nil
 	}
-	err := cp.apiserver.Stop(30 * time.Second)
+	err := cp.apiserver.Stop(apiserverGrace)
 	cp.apiserver = nil
+	if errors.Is(err, ErrKilled) {
+		return nil
+	}
 	return err
 }
 

@@ -12,6 +12,10 @@ import (
 	"time"
 )
 
+// ErrKilled says a process did not exit within its grace period after
+// SIGTERM and was killed.
+var ErrKilled = errors.New("killed after the grace period")
+
 // Process is a binary of ours running as a local process, with its output
 // going to a log file (and optionally a writer).
 type Process struct {
@@ -105,7 +109,7 @@ func (p *Process) Stop(grace time.Duration) error {
 	case <-ctx.Done():
 		_ = p.Signal(syscall.SIGKILL)
 		<-p.done
-		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.Name, grace)
+		return fmt.Errorf("%s did not stop within %s of SIGTERM: %w", p.Name, grace, ErrKilled)
 	}
 }
 

@@ -1,0 +1,307 @@
+// Package e2e runs addon-heartbeat end to end with real binaries as
+// processes: etcd and kube-apiserver, the webhook binary with the webhook
+// configuration from config/, and reporter binaries started with exactly the
+// command, args and env the webhook injected. There is no kubelet: each
+// reporter process stands for one addon pod, and tests set Deployment status
+// as the controller-manager would.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
+)
+
+var (
+	cluster *localcluster.Cluster
+	webhook *localcluster.Webhook
+	bins    map[string]string
+)
+
+const reporterImage = "addon-heartbeat/reporter:e2e"
+
+func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
+
+func runSuite(m *testing.M) (code int) {
+	ctx := context.Background()
+	var err error
+	if cluster, err = localcluster.Start(ctx, localcluster.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		return 1
+	}
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+			code = 1
+		}
+	}()
+	if bins, err = localcluster.Build(cluster.Dir, os.Stderr, "./cmd/webhook", "./cmd/reporter"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if webhook, err = cluster.StartWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage}, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := webhook.Stop(15 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the webhook:", err)
+			code = 1
+		}
+	}()
+	if _, err := cluster.InstallWebhookConfiguration(ctx, webhook); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := cluster.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func createAddonInstance(t *testing.T, ns, name string, period time.Duration) *addonsv1alpha1.AddonInstance {
+	t.Helper()
+	ai := &addonsv1alpha1.AddonInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: period}},
+	}
+	if err := cluster.Client.Create(t.Context(), ai); err != nil {
+		t.Fatal(err)
+	}
+	return ai
+}
+
+// addonDeployment is an addon with no heartbeat code, opted in.
+func addonDeployment(ns, name string, replicas int32, annots map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	a := map[string]string{"addon-heartbeat.io/inject": "true"}
+	for k, v := range annots {
+		a[k] = v
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: a},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "registry.example.com/" + name + ":v1"}}},
+			},
+		},
+	}
+}
+
+// createInjected creates d and returns the stored (injected) Deployment.
+func createInjected(t *testing.T, d *appsv1.Deployment) *appsv1.Deployment {
+	t.Helper()
+	if err := cluster.Client.Create(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// startReporters runs one reporter process per replica of d, as its pods
+// would, and stops them when the test ends.
+func startReporters(t *testing.T, d *appsv1.Deployment, replicas int) []*localcluster.Reporter {
+	t.Helper()
+	var out []*localcluster.Reporter
+	for i := range replicas {
+		r, err := cluster.StartReporter(bins["reporter"], d, fmt.Sprintf("%s-pod-%d", d.Name, i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+		t.Cleanup(func() {
+			if err := r.Stop(15 * time.Second); err != nil {
+				t.Errorf("%v (log %s)", err, r.LogPath)
+			}
+		})
+	}
+	return out
+}
+
+// setAvailable writes the status the controller-manager would write for d
+// with available of its replicas available.
+func setAvailable(t *testing.T, d *appsv1.Deployment, available int32) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var cur appsv1.Deployment
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(d), &cur); err != nil {
+			return false, nil
+		}
+		replicas := *cur.Spec.Replicas
+		status := corev1.ConditionTrue
+		if available < replicas {
+			status = corev1.ConditionFalse
+		}
+		now := metav1.Now()
+		cur.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: cur.Generation, Replicas: replicas, UpdatedReplicas: replicas,
+			ReadyReplicas: available, AvailableReplicas: available, UnavailableReplicas: replicas - available,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: status,
+				Reason: "MinimumReplicas", LastUpdateTime: now, LastTransitionTime: now}},
+		}
+		return cluster.Client.Status().Update(ctx, &cur) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("setting the status of %s: %v", d.Name, err)
+	}
+}
+
+// heartbeatRecorder watches one AddonInstance and records the local time of
+// every write to it. lastHeartbeatTime has one-second resolution, so gaps
+// are measured between observed writes instead.
+type heartbeatRecorder struct {
+	mu     sync.Mutex
+	writes []time.Time
+	last   *addonsv1alpha1.AddonInstance
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func recordHeartbeats(t *testing.T, ns, name string) *heartbeatRecorder {
+	t.Helper()
+	wc, err := client.NewWithWatch(cluster.Config, client.Options{Scheme: cluster.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &heartbeatRecorder{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &addonsv1alpha1.AddonInstanceList{}, client.InNamespace(ns),
+				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
+			if err != nil {
+				// The API server may be down on purpose; try again.
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				ai, ok := ev.Object.(*addonsv1alpha1.AddonInstance)
+				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+					continue
+				}
+				r.mu.Lock()
+				// Every status write of a reporter sets lastHeartbeatTime.
+				// It has one-second resolution, so a new write is told
+				// apart by its resourceVersion. A re-established watch
+				// replays the current object first: same version, skipped.
+				if !ai.Status.LastHeartbeatTime.IsZero() && (r.last == nil || r.last.ResourceVersion != ai.ResourceVersion) {
+					r.writes = append(r.writes, time.Now())
+				}
+				r.last = ai.DeepCopy()
+				r.mu.Unlock()
+			}
+			w.Stop()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+// count is the number of writes seen so far.
+func (r *heartbeatRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.writes)
+}
+
+// latest is the last AddonInstance seen.
+func (r *heartbeatRecorder) latest() *addonsv1alpha1.AddonInstance {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return nil
+	}
+	return r.last.DeepCopy()
+}
+
+// maxGapSince is the longest interval between consecutive writes at or
+// after from, including the open interval up to now.
+func (r *heartbeatRecorder) maxGapSince(from time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := from
+	var gap time.Duration
+	for _, w := range r.writes {
+		if w.Before(from) {
+			continue
+		}
+		gap = max(gap, w.Sub(prev))
+		prev = w
+	}
+	return max(gap, time.Since(prev))
+}
+
+// waitWrites waits until n more writes than now have been seen.
+func (r *heartbeatRecorder) waitWrites(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	want := r.count() + n
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return r.count() >= want, nil
+	})
+	if err != nil {
+		t.Fatalf("saw %d heartbeat writes within %s, want %d", r.count(), timeout, want)
+	}
+}
+
+// waitCondition waits until the AddonInstance has condition typ with status
+// and a message containing every part.
+func (r *heartbeatRecorder) waitCondition(t *testing.T, typ string, status metav1.ConditionStatus, timeout time.Duration, parts ...string) metav1.Condition {
+	t.Helper()
+	var last string
+	var found metav1.Condition
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ai := r.latest()
+		if ai == nil {
+			return false, nil
+		}
+		for _, c := range ai.Status.Conditions {
+			if c.Type != typ {
+				continue
+			}
+			last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+			if c.Status != status {
+				return false, nil
+			}
+			for _, p := range parts {
+				if !strings.Contains(c.Message, p) {
+					return false, nil
+				}
+			}
+			found = c
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("condition %s never became %s mentioning %q (last: %s)", typ, status, parts, last)
+	}
+	return found
+}
