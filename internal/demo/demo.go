@@ -206,7 +206,7 @@ func (d *driver) watch(ctx context.Context, c client.Client, rep *localcluster.R
 	ctx, cancel := context.WithTimeout(ctx, d.o.Duration)
 	defer cancel()
 	start := time.Now()
-	fmt.Fprintf(d.out, "\n    %-8s  %-14s  %-6s  %-52s  %s\n", "TIME", "LAST HEARTBEAT", "GAP", "DEGRADED", "INSTALLED")
+	fmt.Fprintf(d.out, "\n    %-8s  %-14s  %-5s  %-20s  %-64s\n", "TIME", "LAST HEARTBEAT", "GAP", "INSTALLED", "DEGRADED")
 	var last metav1.Time
 	next := 0
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -234,9 +234,9 @@ func (d *driver) watch(ctx context.Context, c client.Client, rep *localcluster.R
 			gap = hb.Sub(last.Time).Round(100 * time.Millisecond).String()
 		}
 		last = hb
-		fmt.Fprintf(d.out, "    %-8s  %-14s  %-6s  %-52s  %s\n", time.Now().Format("15:04:05"), hb.Format("15:04:05"), gap,
-			condition(ai.Status.Conditions, addonsv1alpha1.AddonInstanceConditionDegraded.String(), 52),
-			condition(ai.Status.Conditions, addonsv1alpha1.AddonInstanceConditionInstalled.String(), 40))
+		fmt.Fprintf(d.out, "    %-8s  %-14s  %-5s  %-20s  %s\n", time.Now().Format("15:04:05"), hb.Format("15:04:05"), gap,
+			condition(ai.Status.Conditions, addonsv1alpha1.AddonInstanceConditionInstalled.String(), false),
+			condition(ai.Status.Conditions, addonsv1alpha1.AddonInstanceConditionDegraded.String(), true))
 		return false, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -248,17 +248,14 @@ func (d *driver) watch(ctx context.Context, c client.Client, rep *localcluster.R
 	return err
 }
 
-func condition(conds []metav1.Condition, typ string, width int) string {
+func condition(conds []metav1.Condition, typ string, withMessage bool) string {
 	c := meta.FindStatusCondition(conds, typ)
 	if c == nil {
 		return "-"
 	}
 	s := fmt.Sprintf("%s %s", c.Status, c.Reason)
-	if c.Message != "" {
+	if withMessage && c.Message != "" {
 		s += ": " + c.Message
-	}
-	if len(s) > width {
-		s = s[:width-1] + "…"
 	}
 	return s
 }
