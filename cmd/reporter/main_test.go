@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
@@ -45,6 +47,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

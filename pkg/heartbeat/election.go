@@ -296,7 +296,11 @@ func (t *term) beat(ctx context.Context) beatResult {
 	ai := t.current(ctx)
 	if ai == nil {
 		if !r.waiting {
-			r.log.Info("waiting for the AddonInstance to exist")
+			if t.instance.HasSynced() {
+				r.log.Info("waiting for the AddonInstance to exist")
+			} else {
+				r.log.Info("waiting for the AddonInstance watch to sync")
+			}
 			r.waiting = true
 		}
 		return beatWaiting

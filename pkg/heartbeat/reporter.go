@@ -26,9 +26,9 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -327,14 +327,19 @@ func (r *Reporter) sdkState() (comps []Component, overrides []metav1.Condition, 
 	return comps, overrides, removed
 }
 
+// conflictBackoff spaces the retries of a conflicting status write: up to
+// ten attempts, 5ms doubling to at most 100ms, jittered, and never past the
+// write's deadline.
+var conflictBackoff = wait.Backoff{Steps: 10, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 100 * time.Millisecond}
+
 // write performs one heartbeat: lastHeartbeatTime and the owned conditions
 // in one Status().Update of cached, retrying conflicts a bounded number of
 // times against a fresh read. The caller bounds ctx.
 func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component) error {
 	_, overrides, removed := r.sdkState()
 	obj := cached.DeepCopy()
-	attempt := 0
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	backoff := conflictBackoff
+	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			r.metrics.conflicts.Inc()
 			fresh := &addonsv1alpha1.AddonInstance{}
@@ -343,7 +348,6 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 			}
 			obj = fresh
 		}
-		attempt++
 		now := r.clock.Now()
 		if comps != nil {
 			r.installed = Installed(r.installed, obj.Status.Conditions, comps, r.seen)
@@ -358,11 +362,20 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 		})
 		Apply(&obj.Status.Conditions, d, obj.Generation, now)
 		obj.Status.LastHeartbeatTime = metav1.NewTime(now)
-		if err := r.client.Status().Update(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
-			return fmt.Errorf("updating AddonInstance %s status: %w", r.key, err)
+		err := r.client.Status().Update(ctx, obj, client.FieldOwner(FieldManager))
+		if err == nil {
+			return nil
 		}
-		return nil
-	})
+		err = fmt.Errorf("updating AddonInstance %s status: %w", r.key, err)
+		if !apierrors.IsConflict(err) || backoff.Steps <= 1 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-r.clock.After(backoff.Step()):
+		}
+	}
 }
 
 // failureReason classifies a failed write for the metrics.

