@@ -19,6 +19,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -76,23 +77,23 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
-	d.step("Starting the webhook on 127.0.0.1 and installing config/webhook/manifests.yaml pointed at it")
-	wh, err := cluster.StartWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage}, logs)
+	d.step("Installing the chart's RBAC and webhook configuration (pointed at 127.0.0.1), and running the webhook with the chart's arguments")
+	wh, err := cluster.InstallWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage}, logs)
+	if wh != nil {
+		defer func() { err = errors.Join(err, wh.Stop(10*time.Second)) }()
+	}
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, wh.Stop(10*time.Second)) }()
-	if _, err := cluster.InstallWebhookConfiguration(ctx, wh); err != nil {
-		return err
-	}
+	d.note("self-managed certificates: the webhook created its CA and filled the caBundle of %s itself", wh.Configuration)
 
 	c := cluster.Client
-	d.step("Applying %s: a namespace, an AddonInstance with a %s period, and a Deployment with no heartbeat code", exampleDir, o.Period)
-	ns, ai, manifest, err := loadExample(o.Period)
+	d.step("Applying %s: a namespace, a ServiceAccount, an AddonInstance with a %s period, and a Deployment with no heartbeat code", exampleDir, o.Period)
+	ns, sa, ai, manifest, err := loadExample(o.Period)
 	if err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{ns, ai} {
+	for _, obj := range []client.Object{ns, sa, ai} {
 		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating %s: %w", obj.GetName(), err)
 		}
@@ -113,15 +114,20 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		return err
 	}
 
+	if err := d.showRBAC(ctx, c, dep); err != nil {
+		return err
+	}
+
 	d.step("Running the injected reporter as a local process, as pod %s would", podName)
-	rep, err := cluster.StartReporter(bins["reporter"], dep, podName, logs)
+	rep, err := cluster.StartReporter(ctx, bins["reporter"], dep, podName, logs)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, rep.Stop(10*time.Second)) }()
 	d.note("command: %s %s", strings.Join(rep.Invocation.Command, " "), strings.Join(rep.Invocation.Args, " "))
 	d.note("env:     %s", strings.Join(rep.Invocation.Env, " "))
-	d.note("(the image's %s is %s here; probes and metrics bound to 127.0.0.1; KUBECONFIG instead of a service account)", rep.Invocation.Command[0], bins["reporter"])
+	d.note("(the image's %s is %s here; probes and metrics bound to 127.0.0.1; a kubeconfig with a token of", rep.Invocation.Command[0], bins["reporter"])
+	d.note(" ServiceAccount %s/%s stands in for the pod's projected token, so the reporter has only the RBAC the webhook granted)", dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName)
 
 	d.step("Heartbeats into AddonInstance %s/%s, for %s (Ctrl-C stops earlier)", ai.Namespace, ai.Name, o.Duration)
 	d.note("There is no kubelet or controller-manager here: the demo sets the Deployment's status as the controller-manager would, and says so.")
@@ -141,23 +147,24 @@ func (d *driver) note(format string, args ...any) {
 	fmt.Fprintf(d.out, "    "+format+"\n", args...)
 }
 
-func loadExample(period time.Duration) (*corev1.Namespace, *addonsv1alpha1.AddonInstance, *appsv1.Deployment, error) {
+func loadExample(period time.Duration) (*corev1.Namespace, *corev1.ServiceAccount, *addonsv1alpha1.AddonInstance, *appsv1.Deployment, error) {
 	var (
 		ns  corev1.Namespace
+		sa  corev1.ServiceAccount
 		ai  addonsv1alpha1.AddonInstance
 		dep appsv1.Deployment
 	)
-	for file, obj := range map[string]any{"namespace.yaml": &ns, "addoninstance.yaml": &ai, "deployment.yaml": &dep} {
+	for file, obj := range map[string]any{"namespace.yaml": &ns, "serviceaccount.yaml": &sa, "addoninstance.yaml": &ai, "deployment.yaml": &dep} {
 		data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), exampleDir, file))
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("reading the example: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("reading the example: %w", err)
 		}
 		if err := yaml.UnmarshalStrict(data, obj); err != nil {
-			return nil, nil, nil, fmt.Errorf("parsing %s: %w", file, err)
+			return nil, nil, nil, nil, fmt.Errorf("parsing %s: %w", file, err)
 		}
 	}
 	ai.Spec.HeartbeatUpdatePeriod = metav1.Duration{Duration: period}
-	return &ns, &ai, &dep, nil
+	return &ns, &sa, &ai, &dep, nil
 }
 
 // diff prints the pod template of the never-injected and the injected
@@ -284,6 +291,44 @@ func setAvailability(ctx context.Context, c client.Client, dep *appsv1.Deploymen
 	}
 	if err := c.Status().Update(ctx, &cur); err != nil {
 		return fmt.Errorf("setting the Deployment status: %w", err)
+	}
+	return nil
+}
+
+// showRBAC waits for the RoleBinding the webhook provisions for the
+// Deployment's ServiceAccount and prints it.
+func (d *driver) showRBAC(ctx context.Context, c client.Client, dep *appsv1.Deployment) error {
+	d.step("RBAC the webhook provisioned for %s/%s (no RBAC in the addon's manifests)", dep.Namespace, dep.Name)
+	var rb rbacv1.RoleBinding
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var list rbacv1.RoleBindingList
+		if err := c.List(ctx, &list, client.InNamespace(dep.Namespace)); err != nil {
+			return false, nil
+		}
+		for _, item := range list.Items {
+			for _, s := range item.Subjects {
+				if s.Kind == rbacv1.ServiceAccountKind && s.Name == dep.Spec.Template.Spec.ServiceAccountName {
+					rb = item
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no RoleBinding for ServiceAccount %s appeared: %w", dep.Spec.Template.Spec.ServiceAccountName, err)
+	}
+	d.note("RoleBinding %s/%s binds ServiceAccount %s to ClusterRole %s", rb.Namespace, rb.Name, dep.Spec.Template.Spec.ServiceAccountName, rb.RoleRef.Name)
+	var role rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKey{Name: rb.RoleRef.Name}, &role); err != nil {
+		return fmt.Errorf("reading ClusterRole %s: %w", rb.RoleRef.Name, err)
+	}
+	for _, r := range role.Rules {
+		names := ""
+		if len(r.ResourceNames) > 0 {
+			names = " named " + strings.Join(r.ResourceNames, ", ")
+		}
+		d.note("  %-28s %s%s", strings.Join(r.Resources, ","), strings.Join(r.Verbs, ","), names)
 	}
 	return nil
 }

@@ -14,19 +14,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/certs"
 )
 
 // Cluster is a local control plane with a work folder for its processes.
@@ -94,6 +95,30 @@ func (c *Cluster) Stop() error {
 	return errors.Join(append(errs, os.RemoveAll(c.Dir))...)
 }
 
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as
+// ServiceAccount ns/name with a bound token (TokenRequest), creating the
+// ServiceAccount when it does not exist, as the controller-manager does for
+// "default" in every namespace. It returns the file's path.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := c.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))}}
+	if err := c.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	data, err := c.ControlPlane.kubeconfigFor("system:serviceaccount:"+ns+":"+name, tr.Status.Token)
+	if err != nil {
+		return "", fmt.Errorf("encoding the kubeconfig: %w", err)
+	}
+	path := filepath.Join(c.Dir, "kubeconfig-"+ns+"-"+name)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
 // Build compiles the given packages of this module (such as ./cmd/webhook)
 // into dir and returns the binaries' paths by base name.
 func Build(dir string, progress io.Writer, pkgs ...string) (map[string]string, error) {
@@ -123,88 +148,6 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Webhook is the webhook binary running locally.
-type Webhook struct {
-	*Process
-	bin        string
-	args       []string
-	Port       int
-	HealthPort int
-	MetricsURL string
-	CABundle   []byte
-}
-
-// WebhookOptions are the flags the local webhook gets beyond its addresses.
-type WebhookOptions struct {
-	ReporterImage string
-	ExtraArgs     []string
-}
-
-// StartWebhook writes a serving certificate for 127.0.0.1, starts the webhook
-// binary on loopback, and waits until it reports ready.
-func (c *Cluster) StartWebhook(ctx context.Context, bin string, o WebhookOptions, tee io.Writer) (*Webhook, error) {
-	now := time.Now()
-	ca, err := certs.NewCA("addon-heartbeat-local-ca", now, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	serving, err := ca.Issue([]string{"127.0.0.1", "localhost"}, now, 24*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	certDir := filepath.Join(c.Dir, "webhook-certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the cert folder: %w", err)
-	}
-	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", name, err)
-		}
-	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	args := append([]string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--bind-host=127.0.0.1",
-		"--port=" + strconv.Itoa(ports[0]),
-		"--cert-dir=" + certDir,
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
-		"--reporter-image=" + o.ReporterImage,
-	}, o.ExtraArgs...)
-	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, nil, tee)
-	if err != nil {
-		return nil, err
-	}
-	w := &Webhook{Process: p, bin: bin, args: args, Port: ports[0], HealthPort: ports[1],
-		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics", CABundle: ca.CertPEM}
-	if err := WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(ports[1])+"/readyz"); err != nil {
-		return nil, errors.Join(err, p.Stop(5*time.Second))
-	}
-	return w, nil
-}
-
-// Restart starts the webhook again after Stop, with the same certificate,
-// ports and flags, and waits until it is ready.
-func (w *Webhook) Restart(ctx context.Context) error {
-	if exited, _ := w.Exited(); !exited {
-		return fmt.Errorf("the webhook is still running (pid %d)", w.Pid())
-	}
-	p, err := StartProcess(w.Name, w.LogPath, w.bin, w.args, nil, nil)
-	if err != nil {
-		return err
-	}
-	w.Process = p
-	return WaitReady(ctx, p, "http://127.0.0.1:"+strconv.Itoa(w.HealthPort)+"/readyz")
-}
-
-// Metric scrapes the webhook's /metrics and sums the samples of name.
-func (w *Webhook) Metric(name string) (float64, error) { return scrapeSum(w.MetricsURL, name) }
-
 // WaitReady polls url until it answers 200, failing early if p exits.
 func WaitReady(ctx context.Context, p *Process, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -224,28 +167,6 @@ func WaitReady(ctx context.Context, p *Process, url string) error {
 		return fmt.Errorf("waiting for %s to be ready at %s: %w", p.Name, url, err)
 	}
 	return nil
-}
-
-// InstallWebhookConfiguration creates the webhook configuration from
-// config/webhook/manifests.yaml, pointed at the local webhook with its CA.
-func (c *Cluster) InstallWebhookConfiguration(ctx context.Context, w *Webhook) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
-	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("reading the webhook configuration: %w", err)
-	}
-	var mwc admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.UnmarshalStrict(data, &mwc); err != nil {
-		return nil, fmt.Errorf("parsing the webhook configuration: %w", err)
-	}
-	for i := range mwc.Webhooks {
-		cc := &mwc.Webhooks[i].ClientConfig
-		url := fmt.Sprintf("https://127.0.0.1:%d%s", w.Port, *cc.Service.Path)
-		cc.URL, cc.Service, cc.CABundle = &url, nil, w.CABundle
-	}
-	if err := c.Client.Create(ctx, &mwc); err != nil {
-		return nil, fmt.Errorf("creating the webhook configuration: %w", err)
-	}
-	return &mwc, nil
 }
 
 // EnsureKubeBinaries builds kube-apiserver and etcd when they are not cached

@@ -198,10 +198,14 @@ func (cp *ControlPlane) Config() *rest.Config {
 
 // Kubeconfig returns an admin kubeconfig file's content.
 func (cp *ControlPlane) Kubeconfig() ([]byte, error) {
+	return cp.kubeconfigFor(adminUser, cp.adminToken)
+}
+
+func (cp *ControlPlane) kubeconfigFor(user, token string) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: cp.Config().Host, CertificateAuthorityData: cp.caPEM}
-	cfg.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: cp.adminToken}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: adminUser}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: user}
 	cfg.CurrentContext = "local"
 	return clientcmd.Write(*cfg)
 }

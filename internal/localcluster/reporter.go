@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -62,12 +63,18 @@ type Reporter struct {
 }
 
 // StartReporter runs bin with exactly the injected args and env of d's
-// reporter, as pod podName. Only two things are added: the kubeconfig (a
-// local process has no in-cluster service account) and loopback addresses
-// for its probe and metrics servers, which on this machine must not listen
-// on every interface; the flag parser takes the last value of a flag.
-func (c *Cluster) StartReporter(bin string, d *appsv1.Deployment, podName string, tee io.Writer) (*Reporter, error) {
+// reporter, as pod podName, with the identity of the pod's ServiceAccount: a
+// kubeconfig holding a token for it (a local process has no projected
+// token), so the reporter has exactly the RBAC the webhook provisioned.
+// Loopback addresses are added for its probe and metrics servers, which on
+// this machine must not listen on every interface; the flag parser takes the
+// last value of a flag.
+func (c *Cluster) StartReporter(ctx context.Context, bin string, d *appsv1.Deployment, podName string, tee io.Writer) (*Reporter, error) {
 	inv, err := ReporterInvocation(d, podName)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, d.Namespace, serviceAccountOf(d))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +90,7 @@ func (c *Cluster) StartReporter(bin string, d *appsv1.Deployment, podName string
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics),
 	})
-	env := append(slices.Clone(inv.Env), "KUBECONFIG="+c.Kubeconfig)
+	env := append(slices.Clone(inv.Env), "KUBECONFIG="+kubeconfig)
 	p, err := StartProcess("reporter "+podName, filepath.Join(c.Dir, "reporter-"+podName+".log"), bin, args, env, tee)
 	if err != nil {
 		return nil, err
@@ -94,4 +101,11 @@ func (c *Cluster) StartReporter(bin string, d *appsv1.Deployment, podName string
 // Metric scrapes the reporter's /metrics and sums the samples of name.
 func (r *Reporter) Metric(name string) (float64, error) {
 	return scrapeSum("http://127.0.0.1:"+strconv.Itoa(r.MetricsPort)+"/metrics", name)
+}
+
+func serviceAccountOf(d *appsv1.Deployment) string {
+	if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "" {
+		return sa
+	}
+	return "default"
 }

@@ -158,7 +158,8 @@ func TestLeaderFailover(t *testing.T) {
 		<-leader.Done()
 		rec.waitWrites(t, 3, 6*period)
 		gap := rec.maxGapSince(from)
-		t.Logf("%s of the leader: longest heartbeat gap %s (period %s)", sig, gap, period)
+		t.Logf("%s of the leader: first heartbeat %s after the signal, longest heartbeat gap %s (period %s)",
+			sig, rec.firstWriteAfter(from).Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond), period)
 		limit := 3 * period
 		if sig == syscall.SIGTERM {
 			limit = period + period/2

@@ -1,6 +1,7 @@
 // Package e2e runs addon-heartbeat end to end with real binaries as
-// processes: etcd and kube-apiserver, the webhook binary with the webhook
-// configuration from config/, and reporter binaries started with exactly the
+// processes: etcd and kube-apiserver, the webhook binary with the chart's
+// arguments, RBAC and webhook configuration (self-managed certificates), and
+// reporter binaries started with exactly the
 // command, args and env the webhook injected. There is no kubelet: each
 // reporter process stands for one addon pod, and tests set Deployment status
 // as the controller-manager would.
@@ -54,7 +55,11 @@ func runSuite(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if webhook, err = cluster.StartWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage}, nil); err != nil {
+	// The reporter role is limited to the AddonInstance names the chart
+	// lists; the tests use one besides the default.
+	values := map[string]any{"reporter": map[string]any{"addonInstanceNames": []any{"addon-instance", "not-yet"}}}
+	webhook, err = cluster.InstallWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage, Values: values}, nil)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -64,10 +69,6 @@ func runSuite(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
-	if _, err := cluster.InstallWebhookConfiguration(ctx, webhook); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	return m.Run()
 }
 
@@ -128,7 +129,7 @@ func startReporters(t *testing.T, d *appsv1.Deployment, replicas int) []*localcl
 	t.Helper()
 	var out []*localcluster.Reporter
 	for i := range replicas {
-		r, err := cluster.StartReporter(bins["reporter"], d, fmt.Sprintf("%s-pod-%d", d.Name, i), nil)
+		r, err := cluster.StartReporter(t.Context(), bins["reporter"], d, fmt.Sprintf("%s-pod-%d", d.Name, i), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,6 +258,18 @@ func (r *heartbeatRecorder) maxGapSince(from time.Time) time.Duration {
 		prev = w
 	}
 	return max(gap, time.Since(prev))
+}
+
+// firstWriteAfter is the time of the first write seen after t (zero if none).
+func (r *heartbeatRecorder) firstWriteAfter(t time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.writes {
+		if w.After(t) {
+			return w
+		}
+	}
+	return time.Time{}
 }
 
 // waitWrites waits until n more writes than now have been seen.
