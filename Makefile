@@ -33,6 +33,12 @@ demo: ## Run the whole path on a local control plane: webhook, example addon, he
 bench: ## Run the Go benchmarks (figures in BENCHMARKS.md).
 	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./...
 
+IMAGE ?= ghcr.io/addon-heartbeat/addon-heartbeat:v0.1.0
+CONTAINER_TOOL ?= docker
+.PHONY: images
+images: ## Build the image holding /webhook and /reporter (needs a container engine; CONTAINER_TOOL=podman works too).
+	$(CONTAINER_TOOL) build -t $(IMAGE) .
+
 .PHONY: vet
 vet:
 	$(GO) vet ./...
