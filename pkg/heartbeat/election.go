@@ -61,7 +61,8 @@ func (r *Reporter) Start(ctx context.Context) error {
 }
 
 // probePeriod reads the AddonInstance's period once, to pick election timings
-// before leading (standbys watch nothing). DefaultPeriod when it cannot be read.
+// before leading (standbys watch nothing). When it cannot be read it falls
+// back to the last period this process saw, or DefaultPeriod.
 func (r *Reporter) probePeriod(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
 	defer cancel()
@@ -69,12 +70,16 @@ func (r *Reporter) probePeriod(ctx context.Context) time.Duration {
 	err := r.client.Get(ctx, r.key, ai)
 	switch {
 	case err == nil:
+		r.knownPeriod.Store(int64(Period(ai)))
 		return Period(ai)
 	case apierrors.IsNotFound(err), ctx.Err() != nil:
 	case apierrors.IsForbidden(err):
 		r.limiter.logError(r.log, err, "reading the AddonInstance is forbidden: bind the reporter role to this ServiceAccount")
 	default:
 		r.limiter.logError(r.log, err, "reading the AddonInstance failed")
+	}
+	if p := time.Duration(r.knownPeriod.Load()); p > 0 {
+		return p
 	}
 	return DefaultPeriod
 }
@@ -287,6 +292,9 @@ func (t *term) current(ctx context.Context) *addonsv1alpha1.AddonInstance {
 
 func (t *term) observe() target {
 	ai := t.current(context.Background())
+	if ai != nil {
+		t.r.knownPeriod.Store(int64(Period(ai)))
+	}
 	return target{present: ai != nil, period: Period(ai)}
 }
 

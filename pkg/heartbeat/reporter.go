@@ -84,21 +84,24 @@ type Options struct {
 // (SetHealth, SetCondition, ...) are safe for concurrent use and take effect
 // with the next heartbeat, within one period.
 type Reporter struct {
-	opts            Options
-	key             types.NamespacedName
-	cfg             *rest.Config
-	http            *http.Client
-	scheme          *runtime.Scheme
-	mapper          meta.RESTMapper
-	client          client.Client
-	leases          coordinationv1client.LeasesGetter
-	metrics         *metrics
-	log             logr.Logger
-	limiter         *errorLimiter
-	clock           clock.WithTicker
-	health          *healthChecker
-	started         atomic.Bool
-	leading         atomic.Bool
+	opts    Options
+	key     types.NamespacedName
+	cfg     *rest.Config
+	http    *http.Client
+	scheme  *runtime.Scheme
+	mapper  meta.RESTMapper
+	client  client.Client
+	leases  coordinationv1client.LeasesGetter
+	metrics *metrics
+	log     logr.Logger
+	limiter *errorLimiter
+	clock   clock.WithTicker
+	health  *healthChecker
+	started atomic.Bool
+	leading atomic.Bool
+	// knownPeriod is the last period seen (nanoseconds), for election
+	// timings when the AddonInstance cannot be read.
+	knownPeriod     atomic.Int64
 	leadMu          sync.Mutex // held by the one heartbeat loop
 	releaseOnCancel bool       // false only in tests: keep the Lease on cancel, like a killed process
 
