@@ -23,9 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 )
 
 var (
@@ -40,7 +42,12 @@ func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
 
 func runSuite(m *testing.M) (code int) {
 	ctx := context.Background()
-	var err error
+	log, err := logging.New(logging.LevelError)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctrl.SetLogger(log)
 	if cluster, err = localcluster.Start(ctx, localcluster.Options{}); err != nil {
 		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
 		return 1
@@ -137,6 +144,11 @@ func startReporters(t *testing.T, d *appsv1.Deployment, replicas int) []*localcl
 		t.Cleanup(func() {
 			if err := r.Stop(15 * time.Second); err != nil {
 				t.Errorf("%v (log %s)", err, r.LogPath)
+			}
+			if t.Failed() {
+				data, _ := os.ReadFile(r.LogPath)
+				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+				t.Logf("last lines of %s:\n%s", r.Name, strings.Join(lines[max(0, len(lines)-15):], "\n"))
 			}
 		})
 	}
