@@ -27,7 +27,9 @@ test: ## Run every test against a real kube-apiserver and etcd.
 
 .PHONY: demo
 demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).
-	$(GO) run ./hack/demo $(DEMO_FLAGS)
+	@echo "==> Compiling the demo driver (the first time, Go downloads and builds its modules: a few minutes)"
+	@$(GO) build -o bin/demo ./hack/demo
+	@bin/demo $(DEMO_FLAGS)
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (figures in BENCHMARKS.md).
