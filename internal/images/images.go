@@ -1,0 +1,158 @@
+// Package images builds OCI image tarballs from static Go binaries without a
+// container engine or registry: an empty image, one layer holding the
+// binaries, and a config with the entrypoint and a non-root user. The
+// tarballs load with `docker load`, `podman load` or
+// `ctr -n k8s.io images import`.
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// NonRoot is the user the images run as, as in distroless "nonroot".
+const NonRoot = "65532:65532"
+
+// Image describes one image.
+type Image struct {
+	// Ref is the image reference with a tag, such as
+	// ghcr.io/addon-heartbeat/addon-heartbeat:v0.1.0. Tags must not be
+	// "latest": kubelet would always try to pull it.
+	Ref string
+	// Files maps a path in the image (such as /webhook) to a binary on disk.
+	Files map[string]string
+	// Entrypoint is the image's entrypoint.
+	Entrypoint []string
+	// User is the image's user; NonRoot when empty.
+	User string
+}
+
+// epoch is the timestamp of every file and of the image, so that the same
+// binaries give the same image digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// Write builds img and writes it as an OCI image tarball to path.
+func Write(img Image, path string) error {
+	ref, err := name.NewTag(img.Ref, name.WeakValidation)
+	if err != nil {
+		return fmt.Errorf("image reference %q: %w", img.Ref, err)
+	}
+	if ref.TagStr() == "latest" {
+		return fmt.Errorf("image reference %q: use a tag other than latest", img.Ref)
+	}
+	layerTar, err := layer(img.Files)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar)), nil })
+	if err != nil {
+		return fmt.Errorf("image %s: layer: %w", img.Ref, err)
+	}
+	i, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	user := img.User
+	if user == "" {
+		user = NonRoot
+	}
+	cfg, err := i.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = "amd64", "linux"
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Entrypoint = img.Entrypoint
+	cfg.Config.User = user
+	cfg.Config.Env = []string{"PATH=/"}
+	if i, err = mutate.ConfigFile(i, cfg); err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := tarball.WriteToFile(path, ref, i); err != nil {
+		return fmt.Errorf("writing image %s to %s: %w", img.Ref, path, err)
+	}
+	return nil
+}
+
+// layer is a tar of the files, each readable and executable by everyone,
+// owned by root, with the folders they need.
+func layer(files map[string]string) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		inImage := strings.TrimPrefix(filepath.Clean("/"+p), "/")
+		for d := filepath.Dir(inImage); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch}); err != nil {
+				return nil, err
+			}
+		}
+		data, err := os.ReadFile(files[p])
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", files[p], err)
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: inImage, Mode: 0o755, Size: int64(len(data)), ModTime: epoch}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	// /tmp for programs that expect one (read-only root filesystems mount an
+	// emptyDir there when they need to write).
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: epoch}); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// BuildBinaries builds static linux binaries of the main packages pkgs
+// (import paths or ./ paths relative to dir) into out, and returns each
+// binary's path by the last element of its package path.
+func BuildBinaries(dir, out string, stderr io.Writer, pkgs ...string) (map[string]string, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", out + string(filepath.Separator)}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("go build %s: %w", strings.Join(pkgs, " "), err)
+	}
+	bins := map[string]string{}
+	for _, p := range pkgs {
+		base := filepath.Base(p)
+		bins[base] = filepath.Join(out, base)
+	}
+	return bins, nil
+}
