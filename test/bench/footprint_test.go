@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,6 +72,15 @@ func BenchmarkReporterFootprint(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(rss)/mib, "rss-MiB")
 	b.ReportMetric(float64(max(maxRSS, rss))/mib, "rss-max-MiB")
+	// What the resident memory is made of: anonymous memory (heap, stacks,
+	// runtime) and the pages of the binary it has touched.
+	for _, f := range []string{"RssAnon", "RssFile"} {
+		v, err := procStatus(leader.Pid(), f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(v)/mib, strings.ToLower(f)+"-MiB")
+	}
 	b.ReportMetric(heap/mib, "heap-inuse-MiB")
 	b.ReportMetric(goroutines, "goroutines")
 	b.ReportMetric(ms(cpu1-cpu0)/beats, "cpu-ms/heartbeat")

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
 )
@@ -35,6 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 func runBenchmarks(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard())
 	var err error
 	if workDir, err = os.MkdirTemp("", "addon-heartbeat-bench-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)

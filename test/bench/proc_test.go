@@ -33,13 +33,16 @@ func cpuTime(pid int) (time.Duration, error) {
 }
 
 // rssBytes is a process's resident set size (VmRSS).
-func rssBytes(pid int) (int64, error) {
+func rssBytes(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+// procStatus reads one of the kB fields of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest)
 			kb, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
@@ -48,7 +51,7 @@ func rssBytes(pid int) (int64, error) {
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
 // percentile of sorted durations (nearest rank).
