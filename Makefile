@@ -52,3 +52,12 @@ fuzz: ## Fuzz the injector for FUZZTIME (default 60s).
 .PHONY: help
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-16s %s\n", $$1, $$2}'
+
+.PHONY: images-tar
+images-tar: ## Write the images (addon-heartbeat, pause, example addon) as OCI tarballs into bin/images, without a container engine (IMAGE_TAG=v0.1.0).
+	$(GO) run ./hack/images -out bin/images -tag $${IMAGE_TAG:-v0.1.0}
+
+.PHONY: e2e-node
+e2e-node: ## Real-node end to end (root): a single-node cluster in its own network namespace, helm install, real pods heartbeating.
+	@assets="$(ASSETS)" && helm="$$(hack/node-binaries.sh | tail -n 1)/helm" && \
+	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -tags node -count=1 -timeout 30m -v $(GOTESTFLAGS) ./test/node/

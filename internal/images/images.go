@@ -39,6 +39,8 @@ type Image struct {
 	Entrypoint []string
 	// User is the image's user; NonRoot when empty.
 	User string
+	// Labels are the image config's labels.
+	Labels map[string]string
 }
 
 // epoch is the timestamp of every file and of the image, so that the same
@@ -80,6 +82,7 @@ func Write(img Image, path string) error {
 	cfg.Config.Entrypoint = img.Entrypoint
 	cfg.Config.User = user
 	cfg.Config.Env = []string{"PATH=/"}
+	cfg.Config.Labels = img.Labels
 	if i, err = mutate.ConfigFile(i, cfg); err != nil {
 		return fmt.Errorf("image %s: %w", img.Ref, err)
 	}

@@ -40,6 +40,9 @@ func Project(root, out, tag string, stderr io.Writer, extraTags ...string) ([]Bu
 			Ref:        AddonHeartbeat + ":" + t,
 			Files:      map[string]string{"/webhook": bins["webhook"], "/reporter": bins["reporter"]},
 			Entrypoint: []string{"/webhook"},
+			// The version label makes each tag its own image (and image ID),
+			// as separately released versions would be.
+			Labels: map[string]string{"org.opencontainers.image.version": t},
 		})
 	}
 	imgs = append(imgs,

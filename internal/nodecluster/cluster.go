@@ -150,7 +150,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-func (c *Cluster) path(elem ...string) string { return filepath.Join(append([]string{c.Dir}, elem...)...) }
+func (c *Cluster) path(elem ...string) string {
+	return filepath.Join(append([]string{c.Dir}, elem...)...)
+}
 
 // start runs bin inside the namespace with its log in logs/<name>.log.
 func (c *Cluster) start(name, bin string, args []string, env ...string) (*localcluster.Process, error) {
@@ -451,3 +453,6 @@ func (c *Cluster) poll(ctx context.Context, timeout time.Duration, name string, 
 	}
 	return err
 }
+
+// KubeletRoot is the kubelet's root folder (pods' volumes are below it).
+func (c *Cluster) KubeletRoot() string { return c.path("kubelet", "root") }

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/nodecluster"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
@@ -66,6 +69,7 @@ func runSuite(m *testing.M) (code int) {
 		}
 	}()
 	suiteCtx = ctx
+	ctrllog.SetLogger(logr.Discard())
 
 	if os.Geteuid() != 0 {
 		logf("FAIL: the real-node test needs root (network namespace, containerd, kubelet)")
