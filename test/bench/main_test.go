@@ -104,8 +104,8 @@ type env struct {
 
 // startEnv starts a control plane (with an audit log when auditLog is set)
 // and the webhook, both stopped when the benchmark ends. BENCH_WEBHOOK_BIN
-// runs another webhook binary instead of this checkout's, to compare two
-// builds on the same machine in one sitting.
+// and BENCH_REPORTER_BIN run other binaries instead of this checkout's, to
+// compare two builds on the same machine in one sitting.
 func startEnv(b *testing.B, auditLog string) *env {
 	b.Helper()
 	bins := binaries(b)
@@ -128,7 +128,10 @@ func startEnv(b *testing.B, auditLog string) *env {
 			b.Errorf("stopping the webhook: %v", err)
 		}
 	})
-	return &env{cluster: c, webhook: w, bins: bins}
+	return &env{cluster: c, webhook: w, bins: map[string]string{
+		"webhook":  cmp.Or(os.Getenv("BENCH_WEBHOOK_BIN"), bins["webhook"]),
+		"reporter": cmp.Or(os.Getenv("BENCH_REPORTER_BIN"), bins["reporter"]),
+	}}
 }
 
 // createNamespace creates a namespace by name.
