@@ -24,6 +24,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: --duration and --period must be positive")
 		os.Exit(2)
 	}
+	// Output piped into a command that exits early (| head) must not kill
+	// the demo before it has stopped its processes: ignore SIGPIPE and let
+	// the writes fail instead.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := demo.Run(ctx, o, os.Stdout); err != nil {

@@ -41,8 +41,10 @@ func StartProcess(name, logPath, bin string, args, env []string, tee io.Writer) 
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group, so that a Ctrl-C in the terminal reaches only the
-	// driver, which then stops each process in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// driver, which then stops each process in order. Should the driver die
+	// without stopping them (killed, or a test binary timing out), the
+	// kernel sends SIGTERM, so that no daemon outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
