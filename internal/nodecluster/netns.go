@@ -92,9 +92,10 @@ func (ns *NetNS) Wrap(bin string, args []string) (string, []string) {
 }
 
 // DialContext connects from inside the namespace: the socket is made on an
-// OS thread that has entered the namespace, and keeps it afterwards. The
-// thread is never returned to the Go runtime: the goroutine ends while
-// locked to it, so the runtime discards it.
+// OS thread that enters the namespace for the call and returns to its own
+// afterwards, so the thread is never left in the namespace and never
+// discarded. (Discarding threads is not harmless: a child process started
+// with Pdeathsig gets its signal when the thread that forked it ends.)
 func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
@@ -103,18 +104,10 @@ func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Con
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		fd, err := unix.Open(ns.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{err: fmt.Errorf("opening %s: %w", ns.Path, err)}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("entering %s: %w", ns.Path, err)}
-			return
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
+		conn, restored, err := ns.dialLocked(ctx, network, addr)
+		if restored {
+			runtime.UnlockOSThread()
+		} // else the goroutine ends locked and the runtime discards the thread
 		ch <- result{conn, err}
 	}()
 	select {
@@ -128,6 +121,33 @@ func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Con
 		}()
 		return nil, ctx.Err()
 	}
+}
+
+// dialLocked dials from the namespace on the current, locked thread and
+// reports whether the thread is back in its own namespace.
+func (ns *NetNS) dialLocked(ctx context.Context, network, addr string) (net.Conn, bool, error) {
+	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("opening this thread's network namespace: %w", err)
+	}
+	defer unix.Close(own)
+	target, err := unix.Open(ns.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("opening %s: %w", ns.Path, err)
+	}
+	defer unix.Close(target)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		return nil, true, fmt.Errorf("entering %s: %w", ns.Path, err)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if serr := unix.Setns(own, unix.CLONE_NEWNET); serr != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, false, fmt.Errorf("returning from %s: %w", ns.Path, serr)
+	}
+	return conn, true, err
 }
 
 func run(ctx context.Context, name string, args ...string) error {
