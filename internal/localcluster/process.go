@@ -43,7 +43,10 @@ func StartProcess(name, logPath, bin string, args, env []string, tee io.Writer) 
 	// Own process group, so that a Ctrl-C in the terminal reaches only the
 	// driver, which then stops each process in order. Should the driver die
 	// without stopping them (killed, or a test binary timing out), the
-	// kernel sends SIGTERM, so that no daemon outlives it.
+	// kernel sends SIGTERM, so that no daemon outlives it. The kernel ties
+	// that signal to the OS thread that started the process, and the Go
+	// runtime only ends a thread when a goroutine locked to it exits: never
+	// start a process from a goroutine that locks its thread and then exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
