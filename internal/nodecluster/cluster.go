@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/certs"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -234,24 +236,27 @@ const (
 )
 
 func (c *Cluster) writeCredentials() error {
-	ca, err := newPKI(time.Now())
+	now := time.Now()
+	ca, err := certs.NewCA("addon-heartbeat-node-ca", now, pkiValidity)
 	if err != nil {
 		return err
 	}
-	c.caPEM = ca.certPEM
+	c.caPEM = ca.CertPEM
 	n := c.Network
-	serving, servingKey, err := ca.issue("kube-apiserver", nil, []string{
+	serving, err := ca.IssueFor(certs.Subject{CommonName: "kube-apiserver", Names: []string{
 		"127.0.0.1", n.NodeIP, n.APIServiceIP, "localhost", "kubernetes", "kubernetes.default",
 		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	}, x509.ExtKeyUsageServerAuth)
+	}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, pkiValidity)
 	if err != nil {
 		return err
 	}
-	kubeletClient, kubeletClientKey, err := ca.issue("kube-apiserver-kubelet-client", []string{"kubelet-api-clients"}, nil, x509.ExtKeyUsageClientAuth)
+	kubeletClient, err := ca.IssueFor(certs.Subject{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"kubelet-api-clients"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, now, pkiValidity)
 	if err != nil {
 		return err
 	}
-	kubeletServing, kubeletServingKey, err := ca.issue(NodeName, nil, []string{n.NodeIP, NodeName}, x509.ExtKeyUsageServerAuth)
+	kubeletServing, err := ca.IssueFor(certs.Subject{CommonName: NodeName, Names: []string{n.NodeIP, NodeName},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, pkiValidity)
 	if err != nil {
 		return err
 	}
@@ -273,10 +278,10 @@ func (c *Cluster) writeCredentials() error {
 	}
 	c.adminToken = tokens[adminUser]
 	files := map[string][]byte{
-		"pki/ca.crt": ca.certPEM, "pki/ca.key": ca.keyPEM,
-		"pki/apiserver.crt": serving, "pki/apiserver.key": servingKey,
-		"pki/kubelet-client.crt": kubeletClient, "pki/kubelet-client.key": kubeletClientKey,
-		"kubelet/certs/kubelet.crt": kubeletServing, "kubelet/certs/kubelet.key": kubeletServingKey,
+		"pki/ca.crt": ca.CertPEM, "pki/ca.key": ca.KeyPEM,
+		"pki/apiserver.crt": serving.CertPEM, "pki/apiserver.key": serving.KeyPEM,
+		"pki/kubelet-client.crt": kubeletClient.CertPEM, "pki/kubelet-client.key": kubeletClient.KeyPEM,
+		"kubelet/certs/kubelet.crt": kubeletServing.CertPEM, "kubelet/certs/kubelet.key": kubeletServing.KeyPEM,
 		"pki/sa.key": saKey, "pki/sa.pub": saPub,
 		"pki/tokens.csv": []byte(csv.String()),
 		"resolv.conf":    []byte("nameserver " + n.NodeIP + "\n"),

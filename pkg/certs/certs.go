@@ -101,9 +101,27 @@ func (ca *CA) Issue(dnsNames []string, now time.Time, validity time.Duration) (K
 	if len(dnsNames) == 0 {
 		return KeyPair{}, errors.New("a serving certificate needs at least one name")
 	}
+	return ca.IssueFor(Subject{CommonName: dnsNames[0], Names: dnsNames, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, validity)
+}
+
+// Subject says whom a certificate is for and what it may be used for.
+type Subject struct {
+	CommonName string
+	// Organizations are Kubernetes groups on a client certificate.
+	Organizations []string
+	// Names are the subject alternative names; those that parse as IP
+	// addresses become IP SANs.
+	Names []string
+	// Usages are the extended key usages (server auth, client auth).
+	Usages []x509.ExtKeyUsage
+}
+
+// IssueFor signs a certificate for s, valid from now for validity but never
+// past the CA's own expiry.
+func (ca *CA) IssueFor(s Subject, now time.Time, validity time.Duration) (KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("generating the serving key: %w", err)
+		return KeyPair{}, fmt.Errorf("generating the key of %s: %w", s.CommonName, err)
 	}
 	serial, err := randomSerial()
 	if err != nil {
@@ -111,13 +129,13 @@ func (ca *CA) Issue(dnsNames []string, now time.Time, validity time.Duration) (K
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
+		Subject:      pkix.Name{CommonName: s.CommonName, Organization: s.Organizations},
 		NotBefore:    now.Add(-clockSkew),
 		NotAfter:     minTime(now.Add(validity), ca.cert.NotAfter),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  s.Usages,
 	}
-	for _, n := range dnsNames {
+	for _, n := range s.Names {
 		if ip := net.ParseIP(n); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
@@ -126,7 +144,7 @@ func (ca *CA) Issue(dnsNames []string, now time.Time, validity time.Duration) (K
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("signing the serving certificate: %w", err)
+		return KeyPair{}, fmt.Errorf("signing the certificate of %s: %w", s.CommonName, err)
 	}
 	keyPEM, err := encodeKey(key)
 	if err != nil {
