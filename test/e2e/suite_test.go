@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -183,105 +180,24 @@ func setAvailable(t *testing.T, d *appsv1.Deployment, available int32) {
 	}
 }
 
-// heartbeatRecorder watches one AddonInstance and records the local time of
-// every write to it. lastHeartbeatTime has one-second resolution, so gaps
-// are measured between observed writes instead.
-type heartbeatRecorder struct {
-	mu     sync.Mutex
-	writes []time.Time
-	last   *addonsv1alpha1.AddonInstance
-	stop   context.CancelFunc
-	done   chan struct{}
-}
+// heartbeatRecorder times the writes to one AddonInstance from the outside.
+type heartbeatRecorder struct{ *localcluster.Heartbeats }
 
 func recordHeartbeats(t *testing.T, ns, name string) *heartbeatRecorder {
 	t.Helper()
-	wc, err := client.NewWithWatch(cluster.Config, client.Options{Scheme: cluster.Client.Scheme()})
+	h, err := localcluster.WatchHeartbeats(cluster.Config, cluster.Client.Scheme(), ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &heartbeatRecorder{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &addonsv1alpha1.AddonInstanceList{}, client.InNamespace(ns),
-				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
-			if err != nil {
-				// The API server may be down on purpose; try again.
-				select {
-				case <-ctx.Done():
-				case <-time.After(200 * time.Millisecond):
-				}
-				continue
-			}
-			for ev := range w.ResultChan() {
-				ai, ok := ev.Object.(*addonsv1alpha1.AddonInstance)
-				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
-					continue
-				}
-				r.mu.Lock()
-				// Every status write of a reporter sets lastHeartbeatTime.
-				// It has one-second resolution, so a new write is told
-				// apart by its resourceVersion. A re-established watch
-				// replays the current object first: same version, skipped.
-				if !ai.Status.LastHeartbeatTime.IsZero() && (r.last == nil || r.last.ResourceVersion != ai.ResourceVersion) {
-					r.writes = append(r.writes, time.Now())
-				}
-				r.last = ai.DeepCopy()
-				r.mu.Unlock()
-			}
-			w.Stop()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-r.done })
-	return r
+	t.Cleanup(h.Stop)
+	return &heartbeatRecorder{h}
 }
 
-// count is the number of writes seen so far.
-func (r *heartbeatRecorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.writes)
-}
-
-// latest is the last AddonInstance seen.
-func (r *heartbeatRecorder) latest() *addonsv1alpha1.AddonInstance {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		return nil
-	}
-	return r.last.DeepCopy()
-}
-
-// maxGapSince is the longest interval between consecutive writes at or
-// after from, including the open interval up to now.
+func (r *heartbeatRecorder) count() int                            { return r.Count() }
+func (r *heartbeatRecorder) latest() *addonsv1alpha1.AddonInstance { return r.Latest() }
+func (r *heartbeatRecorder) firstWriteAfter(t time.Time) time.Time { return r.FirstWriteAfter(t) }
 func (r *heartbeatRecorder) maxGapSince(from time.Time) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	prev := from
-	var gap time.Duration
-	for _, w := range r.writes {
-		if w.Before(from) {
-			continue
-		}
-		gap = max(gap, w.Sub(prev))
-		prev = w
-	}
-	return max(gap, time.Since(prev))
-}
-
-// firstWriteAfter is the time of the first write seen after t (zero if none).
-func (r *heartbeatRecorder) firstWriteAfter(t time.Time) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, w := range r.writes {
-		if w.After(t) {
-			return w
-		}
-	}
-	return time.Time{}
+	return r.MaxGap(from, time.Now())
 }
 
 // waitWrites waits until n more writes than now have been seen.

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,13 +21,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -232,104 +231,23 @@ func reporterStatus(pod corev1.Pod) *corev1.ContainerStatus {
 	return nil
 }
 
-// heartbeats watches one AddonInstance and records when each write of its
-// status arrived. lastHeartbeatTime has one-second resolution, so gaps are
-// measured between observed writes.
-type heartbeats struct {
-	mu     sync.Mutex
-	writes []time.Time
-	last   *addonsv1alpha1.AddonInstance
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// heartbeats times the writes to one AddonInstance from the outside.
+type heartbeats struct{ *localcluster.Heartbeats }
 
 func watchHeartbeats(t *testing.T, ns, name string) *heartbeats {
 	t.Helper()
-	wc, err := client.NewWithWatch(cluster.Config, client.Options{Scheme: cluster.Client.Scheme()})
+	h, err := localcluster.WatchHeartbeats(cluster.Config, cluster.Client.Scheme(), ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(suiteCtx)
-	h := &heartbeats{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(h.done)
-		seen := map[string]bool{}
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &addonsv1alpha1.AddonInstanceList{}, client.InNamespace(ns),
-				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-				continue
-			}
-			for ev := range w.ResultChan() {
-				ai, ok := ev.Object.(*addonsv1alpha1.AddonInstance)
-				if !ok {
-					continue
-				}
-				now := time.Now()
-				h.mu.Lock()
-				// Only the reporter writes after the test created the
-				// object: every new version with a heartbeat is one write.
-				if !ai.Status.LastHeartbeatTime.IsZero() && !seen[ai.ResourceVersion] {
-					h.writes = append(h.writes, now)
-				}
-				seen[ai.ResourceVersion] = true
-				h.last = ai.DeepCopy()
-				h.mu.Unlock()
-			}
-			w.Stop()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-h.done })
-	return h
+	t.Cleanup(h.Stop)
+	return &heartbeats{h}
 }
 
-// count is the number of writes seen so far.
-func (h *heartbeats) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.writes)
-}
-
-// latest is the last AddonInstance seen.
-func (h *heartbeats) latest() *addonsv1alpha1.AddonInstance {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.last == nil {
-		return nil
-	}
-	return h.last.DeepCopy()
-}
-
-// since lists the writes seen at or after from.
-func (h *heartbeats) since(from time.Time) []time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []time.Time
-	for _, w := range h.writes {
-		if !w.Before(from) {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
-// maxGap is the longest time without a write between from and to,
-// counting from from to the first write and from the last write to to.
-func (h *heartbeats) maxGap(from, to time.Time) time.Duration {
-	prev, gap := from, time.Duration(0)
-	for _, w := range h.since(from) {
-		if w.After(to) {
-			break
-		}
-		gap = max(gap, w.Sub(prev))
-		prev = w
-	}
-	return max(gap, to.Sub(prev))
-}
+func (h *heartbeats) count() int                              { return h.Count() }
+func (h *heartbeats) latest() *addonsv1alpha1.AddonInstance   { return h.Latest() }
+func (h *heartbeats) since(from time.Time) []time.Time        { return h.Since(from) }
+func (h *heartbeats) maxGap(from, to time.Time) time.Duration { return h.MaxGap(from, to) }
 
 // waitWrites waits for n more writes.
 func (h *heartbeats) waitWrites(t *testing.T, n int, timeout time.Duration) {
