@@ -220,10 +220,18 @@ func (d *driver) watch(ctx context.Context, c client.Client, rep *localcluster.R
 		if exited, err := rep.Exited(); exited {
 			return false, fmt.Errorf("the reporter exited (%v); its log is %s", err, rep.LogPath)
 		}
+		// A change in the demo's last period would not be seen any more.
+		if next < len(phases) && time.Duration(phases[next].at+1)*d.o.Period > d.o.Duration {
+			next = len(phases)
+		}
 		if next < len(phases) && time.Since(start) >= time.Duration(phases[next].at)*d.o.Period {
 			p := phases[next]
 			next++
-			if err := setAvailability(ctx, c, dep, p.available); err != nil {
+			// Its own deadline: the demo's may be about to end.
+			setCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := setAvailability(setCtx, c, dep, p.available)
+			cancel()
+			if err != nil {
 				return false, err
 			}
 			fmt.Fprintf(d.out, "    %s  [demo] %s: status set as the controller-manager would\n", time.Now().Format("15:04:05"), p.say)
