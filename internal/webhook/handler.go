@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -270,7 +269,3 @@ func gvkString(k metav1.GroupVersionKind) string {
 func gvrString(r metav1.GroupVersionResource) string {
 	return fmt.Sprintf("%s/%s %s", r.Group, r.Version, r.Resource)
 }
-
-// Annotations that make the API server call the webhook at all; used by the
-// matchConditions in config/ and the chart, and by tests that check them.
-var TriggerAnnotations = []string{annotations.Inject, annotations.Status}
