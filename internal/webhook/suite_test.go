@@ -80,28 +80,42 @@ func runSuite(m *testing.M) int {
 	options.Host = wio.LocalServingHost
 	options.Port = wio.LocalServingPort
 	options.CertDir = wio.LocalServingCertDir
-	options.MetricsBindAddress = freeAddr()
-	options.HealthProbeBindAddress = freeAddr()
 	options.ReporterImage = reporterImage
 	options.ShutdownTimeout = 5 * time.Second
 	if injectCfg, err = options.InjectConfig(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	metricsURL = "http://" + options.MetricsBindAddress + "/metrics"
-	readyURL = "http://" + options.HealthProbeBindAddress + "/readyz"
 	webhookURL = fmt.Sprintf("https://%s%s", net.JoinHostPort(wio.LocalServingHost, fmt.Sprint(wio.LocalServingPort)), Path)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(wio.LocalServingCAData)
 	webhookTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, options, env.Config, log.WithName("webhook")) }()
-	if err := waitHTTP(readyURL, http.StatusOK); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook never became ready:", err)
+	// The metrics and health ports are picked free but not held, so another
+	// test process may take one first: then Run fails at once, and it is
+	// started again on new ports.
+	var (
+		cancel context.CancelFunc
+		done   chan error
+	)
+	for attempt := 1; ; attempt++ {
+		options.MetricsBindAddress = freeAddr()
+		options.HealthProbeBindAddress = freeAddr()
+		metricsURL = "http://" + options.MetricsBindAddress + "/metrics"
+		readyURL = "http://" + options.HealthProbeBindAddress + "/readyz"
+		ctx, stop := context.WithCancel(context.Background())
+		ended, o := make(chan error, 1), options
+		go func() { ended <- Run(ctx, o, env.Config, log.WithName("webhook")) }()
+		cancel, done = stop, ended
+		err := waitReady(readyURL, done)
+		if err == nil {
+			break
+		}
 		cancel()
-		return 1
+		fmt.Fprintf(os.Stderr, "webhook start %d: %v\n", attempt, err)
+		if attempt == 3 {
+			return 1
+		}
 	}
 
 	code := m.Run()
@@ -119,6 +133,20 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	return code
+}
+
+// waitReady waits for the webhook's readiness endpoint, or for Run to end
+// first, whose error it returns.
+func waitReady(url string, done chan error) error {
+	ready := make(chan error, 1)
+	go func() { ready <- waitHTTP(url, http.StatusOK) }()
+	select {
+	case err := <-ready:
+		return err
+	case err := <-done:
+		done <- err
+		return fmt.Errorf("the webhook stopped before it was ready: %w", err)
+	}
 }
 
 func freeAddr() string {
