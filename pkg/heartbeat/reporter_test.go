@@ -189,7 +189,24 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", time.Second)
 	rec := record(t, ns, "addon-instance")
-	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
+	// Whether the reporter's write meets a newer version by chance depends
+	// on how fresh its cache is at that instant; to make its conflict path
+	// certain, the operator also writes while each of the reporter's first
+	// three status PUTs is on its way, so those PUTs carry a stale version.
+	var interleaved atomic.Int64
+	cfg := rest.CopyConfig(adminCfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/status") && interleaved.Load() < 3 {
+				interleaved.Add(1)
+				if err := operatorWrite(req.Context(), ns, "addon-instance", "written while the reporter's PUT was on its way"); err != nil {
+					t.Errorf("interleaved operator write: %v", err)
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	rn := startReporter(t, cfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
 	rec.waitBeats(t, 1, 10*time.Second)
 
 	ctx, stopOperator := context.WithCancel(t.Context())
@@ -239,10 +256,32 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 	ours := rn.metric(t, conflicts)
 	t.Logf("%d status versions, operator conflicts %d, reporter conflicts retried %v, heartbeats sent %v, failed %v",
 		len(versions), opConflicts.Load(), ours, sent, rn.metric(t, failTotal))
-	if opConflicts.Load() == 0 || ours == 0 {
-		t.Errorf("no contention: operator conflicts %d, reporter conflicts retried %v", opConflicts.Load(), ours)
+	if ours < 3 {
+		t.Errorf("%v reporter conflicts retried; the three interleaved operator writes must each cause one", ours)
+	}
+	if opConflicts.Load() == 0 {
+		t.Errorf("the operator never met a conflict in %d of its writes; the reporter's heartbeats must move the version under it", len(versions))
 	}
 }
+
+// operatorWrite is one fresh read-modify-write of Healthy, as the operator
+// does, through the test's own client.
+func operatorWrite(ctx context.Context, ns, name, message string) error {
+	ai := &addonsv1alpha1.AddonInstance{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ai); err != nil {
+		return err
+	}
+	meta.SetStatusCondition(&ai.Status.Conditions, metav1.Condition{
+		Type: ConditionHealthy, Status: metav1.ConditionTrue,
+		Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats.String(),
+		Message: message + " " + time.Now().Format(time.RFC3339Nano),
+	})
+	return k8s.Status().Update(ctx, ai, client.FieldOwner("addon-operator"))
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 	tests := map[string]struct {
