@@ -4,7 +4,9 @@
 // preserving every condition it does not own. It never writes Healthy, which
 // the addon-operator computes, and never changes the spec.
 //
-// A Reporter is a controller-runtime manager.Runnable. It runs in two modes:
+// A Reporter is a controller-runtime manager.Runnable (by its methods: the
+// package itself uses client-go only, to keep the sidecar small). It runs in
+// two modes:
 //
 //   - zero-code: cmd/reporter, the sidecar the webhook injects, runs a
 //     Reporter with DeploymentHealth (and optionally HealthURL) so that the
@@ -20,13 +22,17 @@
 // Deployments of its namespace reduced to the fields health needs. Standby
 // replicas hold no cache at all.
 //
-// Leader election: the Lease lives in the AddonInstance's namespace, its
-// holder is the pod name, and it is released when the Reporter stops, so a
-// standby takes over within one retry period. Its timings follow the period
-// (see Timings) so that a killed leader is replaced before the operator's
-// 3 x period timeout; a standby picks them from the period it reads when it
-// starts campaigning, and a leader that sees the period shrink below what
-// its timings cover hands the Lease back and campaigns again with new ones.
+// Leader election: the Lease lives in the AddonInstance's namespace and its
+// holder is the pod name. The leader renews it in the same tick as each
+// heartbeat, so it writes the Lease once per period, and announces the period
+// on it (PeriodAnnotation); standbys only read it, at a pace set by that
+// period, and take it over once it has not changed for its lease duration,
+// judged by their own clock. The timings (see Timings) keep the gap a killed
+// leader leaves under 2.6 x period, inside the operator's 3 x period timeout,
+// and follow a period change with the next renewal. A leader that cannot
+// renew within its renew deadline, or finds another holder, stops writing at
+// once. A Reporter that stops releases the Lease, so a standby takes over
+// within one retry period.
 // NeedLeaderElection is false: the election is per AddonInstance and spans
 // every Deployment that reports into it, which a manager's own election does
 // not. With Options.DisableLeaderElection the manager's election gates the

@@ -7,20 +7,15 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Start runs the Reporter until ctx ends: it campaigns for the AddonInstance's
@@ -38,36 +33,68 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 	}()
 	r.log.Info("starting heartbeat reporter", "identity", r.opts.Identity,
-		"lease", r.opts.LeaseNamespace+"/"+LeaseName(r.opts.Name), "leaderElection", !r.opts.DisableLeaderElection)
+		"lease", r.lock.key.String(), "leaderElection", !r.opts.DisableLeaderElection)
 	if r.opts.DisableLeaderElection {
 		for ctx.Err() == nil {
-			_ = r.lead(ctx, nil) // errRestart does not apply without an election
+			r.lead(ctx, nil)
 		}
 		return nil
 	}
+	period := r.probePeriod(ctx)
+	log := r.log.WithValues("lease", r.lock.key.String())
+	log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
 	for ctx.Err() == nil {
-		period := r.probePeriod(ctx)
-		if led := r.campaign(ctx, period); !led {
-			// The election ended without a term (for example a
-			// configuration it refused): never spin.
-			select {
-			case <-ctx.Done():
-			case <-r.clock.After(Timings(period).RetryPeriod):
+		held, err := r.lock.tryAcquire(ctx, period)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.metrics.elections.WithLabelValues(electionError).Inc()
+				r.limiter.logError(log, err, "leader election failed")
 			}
+		case !held:
+			r.metrics.elections.WithLabelValues(electionHeld).Inc()
+		default:
+			r.metrics.elections.WithLabelValues(electionAcquired).Inc()
+			log.Info("acquired the Lease", "identity", r.opts.Identity)
+			r.lead(ctx, r.lock)
+			if ctx.Err() != nil {
+				r.releaseLease(log)
+				break
+			}
+			// The term ended with ctx still running: the Lease was lost.
+			// Pace the next attempts by what this process knows now.
+			period = r.probePeriod(ctx)
+			continue
 		}
+		r.sleep(ctx, checkInterval(r.lock.period(period)))
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil
 }
 
+// releaseLease hands the Lease back after the last heartbeat of a term, so
+// that a standby takes over at its next check.
+func (r *Reporter) releaseLease(log logr.Logger) {
+	if !r.releaseOnCancel {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout(r.lock.period(DefaultPeriod)))
+	defer cancel()
+	if err := r.lock.release(ctx); err != nil {
+		log.Error(err, "releasing the Lease failed: a standby takes over when it expires")
+		return
+	}
+	log.Info("released the Lease")
+}
+
 // probePeriod reads the AddonInstance's period once, to pick election timings
-// before leading (standbys watch nothing). When it cannot be read it falls
-// back to the last period this process saw, or DefaultPeriod.
+// before leading (standbys watch nothing; once a leader has announced its
+// period on the Lease they follow that). When it cannot be read it falls back
+// to the last period this process saw, or DefaultPeriod.
 func (r *Reporter) probePeriod(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
 	defer cancel()
-	ai := &addonsv1alpha1.AddonInstance{}
-	err := r.client.Get(ctx, r.key, ai)
+	ai, err := r.kube.getInstance(ctx, r.key)
 	switch {
 	case err == nil:
 		r.knownPeriod.Store(int64(Period(ai)))
@@ -78,97 +105,15 @@ func (r *Reporter) probePeriod(ctx context.Context) time.Duration {
 	default:
 		r.limiter.logError(r.log, err, "reading the AddonInstance failed")
 	}
-	if p := time.Duration(r.knownPeriod.Load()); p > 0 {
-		return p
-	}
-	return DefaultPeriod
-}
-
-// campaign runs one leader election with timings for period until this
-// process has led and stopped leading, or ctx ends. It reports whether it led.
-func (r *Reporter) campaign(ctx context.Context, period time.Duration) bool {
-	t := Timings(period)
-	log := r.log.WithValues("lease", r.opts.LeaseNamespace+"/"+LeaseName(r.opts.Name))
-	// client-go logs every failed attempt through the context's logger;
-	// rate-limit it like our own errors.
-	electLog := rateLimited(log.WithName("leaderelection"), r.limiter)
-	electCtx, cancelElect := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), electLog))
-	defer cancelElect()
-
-	var mu sync.Mutex
-	leading := false
-	// Not leading when ctx ends: stop campaigning. Leading: the term below
-	// stops its loop first and then cancels the election, which releases.
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !leading {
-			cancelElect()
-		}
-	})
-	defer stop()
-
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: r.opts.LeaseNamespace, Name: LeaseName(r.opts.Name)},
-		Client:     r.leases,
-		LockConfig: resourcelock.ResourceLockConfig{Identity: r.opts.Identity},
-		Labels:     map[string]string{"app.kubernetes.io/managed-by": "addon-heartbeat"},
-	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            LeaseName(r.opts.Name),
-		LeaseDuration:   t.LeaseDuration,
-		RenewDeadline:   t.RenewDeadline,
-		RetryPeriod:     t.RetryPeriod,
-		ReleaseOnCancel: r.releaseOnCancel,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leadCtx context.Context) {
-				mu.Lock()
-				if electCtx.Err() != nil {
-					mu.Unlock()
-					return
-				}
-				leading = true
-				mu.Unlock()
-				termCtx, cancel := context.WithCancel(leadCtx)
-				defer cancel()
-				stopTerm := context.AfterFunc(ctx, cancel)
-				defer stopTerm()
-				if err := r.lead(termCtx, &period); errors.Is(err, errRestart) {
-					log.Info(err.Error())
-				}
-				// Loop stopped: now release the Lease (ReleaseOnCancel).
-				cancelElect()
-			},
-			OnStoppedLeading: func() {},
-		},
-	})
-	if err != nil {
-		r.limiter.logError(log, err, "configuring leader election failed", "timings", t)
-		return false
-	}
-	log.V(1).Info("campaigning", "identity", r.opts.Identity, "leaseDuration", t.LeaseDuration,
-		"renewDeadline", t.RenewDeadline, "retryPeriod", t.RetryPeriod)
-	le.Run(electCtx)
-	// A term that started late (client-go starts it in a goroutine) finds
-	// its context cancelled; waiting for leadMu waits for a running term.
-	r.leadMu.Lock()
-	r.leadMu.Unlock() //nolint:staticcheck // an empty critical section: wait for the term to end
-	mu.Lock()
-	defer mu.Unlock()
-	return leading
+	return r.period()
 }
 
 // lead is one term of leadership: it watches the AddonInstance (and the
-// Deployments in zero-code mode) and heartbeats until ctx ends. With
-// timingsFor set, a period that the election's timings no longer cover ends
-// the term with errRestart.
-func (r *Reporter) lead(ctx context.Context, timingsFor *time.Duration) error {
+// Deployments in zero-code mode) and heartbeats until ctx ends or, with a
+// lock, the Lease is lost. Each heartbeat first renews the Lease.
+func (r *Reporter) lead(ctx context.Context, lock *leaseLock) {
 	r.leadMu.Lock()
 	defer r.leadMu.Unlock()
-	if ctx.Err() != nil {
-		return nil
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -176,11 +121,17 @@ func (r *Reporter) lead(ctx context.Context, timingsFor *time.Duration) error {
 		wg.Wait()
 	}()
 
-	c, err := r.newCache()
-	if err != nil {
-		r.limiter.logError(r.log, err, "setting up the watch failed")
-		r.sleep(ctx, time.Second)
-		return nil
+	t := &term{r: r, lock: lock, end: cancel}
+	if lock != nil {
+		// Stop leading when the hold runs out even if no heartbeat is due
+		// to notice: is_leader must not outlive the Lease. Renewals only
+		// move the deadline; the timer re-arms itself when it fires early.
+		t.deadline.Store(lock.validUntil.UnixNano())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.watchDeadline(ctx)
+		}()
 	}
 	kick := make(chan struct{}, 1)
 	signal := func(any) {
@@ -189,32 +140,50 @@ func (r *Reporter) lead(ctx context.Context, timingsFor *time.Duration) error {
 		default:
 		}
 	}
-	term := &term{r: r, cache: c}
-	term.instance, err = c.GetInformer(ctx, &addonsv1alpha1.AddonInstance{}, cache.BlockUntilSynced(false))
-	if err == nil {
-		_, err = term.instance.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    signal,
-			UpdateFunc: func(_, o any) { signal(o) },
-			DeleteFunc: signal,
-		})
+	// client-go's reflectors log through the context's logger; rate-limit
+	// it like our own errors.
+	informerCtx := klog.NewContext(ctx, rateLimited(r.log.WithName("watch"), r.limiter))
+	t.instance = r.kube.instanceInformer(r.key)
+	informers := []toolscache.SharedIndexInformer{t.instance}
+	var err error
+	if r.opts.DeploymentHealth {
+		if t.deployments, err = r.kube.deploymentInformer(r.key.Namespace); err != nil {
+			r.limiter.logError(r.log, err, "setting up the watch failed")
+			r.sleep(ctx, time.Second)
+			return
+		}
+		informers = append(informers, t.deployments)
 	}
-	if err == nil && r.opts.DeploymentHealth {
-		term.deployments, err = c.GetInformer(ctx, &appsv1.Deployment{}, cache.BlockUntilSynced(false))
-	}
-	if err != nil {
+	if _, err = t.instance.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    signal,
+		UpdateFunc: func(_, o any) { signal(o) },
+		DeleteFunc: signal,
+	}); err != nil {
 		r.limiter.logError(r.log, err, "setting up the watch failed")
 		r.sleep(ctx, time.Second)
-		return nil
+		return
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := c.Start(ctx); err != nil {
-			r.limiter.logError(r.log, err, "watch stopped")
+	for _, inf := range informers {
+		if err := inf.SetWatchErrorHandlerWithContext(r.watchError); err != nil {
+			r.limiter.logError(r.log, err, "setting up the watch failed")
+			r.sleep(ctx, time.Second)
+			return
 		}
-	}()
-	syncCtx, stopSync := context.WithTimeout(ctx, WriteTimeout(DefaultPeriod))
-	c.WaitForCacheSync(syncCtx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(informerCtx)
+		}()
+	}
+	// Wait briefly for the first lists so that the first heartbeat has
+	// health to report; within the first half period, so that the hold
+	// taken just now is renewed in time by that heartbeat.
+	syncCtx, stopSync := context.WithTimeout(ctx, WriteTimeout(r.period()))
+	synced := make([]toolscache.InformerSynced, len(informers))
+	for i, inf := range informers {
+		synced[i] = inf.HasSynced
+	}
+	toolscache.WaitForCacheSync(syncCtx.Done(), synced...)
 	stopSync()
 
 	r.leading.Store(true)
@@ -226,11 +195,26 @@ func (r *Reporter) lead(ctx context.Context, timingsFor *time.Duration) error {
 	r.log.Info("leading: sending heartbeats", "identity", r.opts.Identity)
 	defer r.log.Info("stopped leading", "identity", r.opts.Identity)
 
-	l := &loop{clock: r.clock, observe: term.observe, beat: term.beat, kick: kick}
-	if timingsFor != nil {
-		l.restart = func(p time.Duration) bool { return timingsStale(*timingsFor, p) }
+	(&loop{clock: r.clock, observe: t.observe, beat: t.beat, kick: kick}).run(ctx)
+}
+
+// watchError logs a failed list or watch: forbidden ones rate-limited with
+// what to do, the rest as client-go does.
+func (r *Reporter) watchError(ctx context.Context, refl *toolscache.Reflector, err error) {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		r.limiter.logError(r.log, err, "watching is forbidden: bind the reporter role to this ServiceAccount",
+			"type", refl.TypeDescription())
+		return
 	}
-	return l.run(ctx)
+	toolscache.DefaultWatchErrorHandler(ctx, refl, err)
+}
+
+// period is the last period this process saw, DefaultPeriod before any.
+func (r *Reporter) period() time.Duration {
+	if p := time.Duration(r.knownPeriod.Load()); p > 0 {
+		return p
+	}
+	return DefaultPeriod
 }
 
 func (r *Reporter) sleep(ctx context.Context, d time.Duration) {
@@ -240,68 +224,80 @@ func (r *Reporter) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// newCache builds the leader's cache: its AddonInstance only (a field
-// selector on the name, so that RBAC can restrict it with resourceNames) and,
-// in zero-code mode, the Deployments of its namespace trimmed to what health
-// reads.
-func (r *Reporter) newCache() (cache.Cache, error) {
-	byObject := map[client.Object]cache.ByObject{
-		&addonsv1alpha1.AddonInstance{}: {Field: fields.OneTermEqualSelector("metadata.name", r.key.Name)},
-	}
-	if r.opts.DeploymentHealth {
-		byObject[&appsv1.Deployment{}] = cache.ByObject{Transform: TrimDeployment, UnsafeDisableDeepCopy: ptr.To(true)}
-	}
-	return cache.New(r.cfg, cache.Options{
-		HTTPClient:                  r.http,
-		Scheme:                      r.scheme,
-		Mapper:                      r.mapper,
-		DefaultNamespaces:           map[string]cache.Config{r.key.Namespace: {}},
-		ReaderFailOnMissingInformer: true,
-		ByObject:                    byObject,
-		DefaultWatchErrorHandler: func(ctx context.Context, refl *toolscache.Reflector, err error) {
-			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-				r.limiter.logError(r.log, err, "watching is forbidden: bind the reporter role to this ServiceAccount",
-					"type", refl.TypeDescription())
-				return
-			}
-			toolscache.DefaultWatchErrorHandler(ctx, refl, err)
-		},
-	})
-}
-
 // term is the leader's view of the cluster for one term.
 type term struct {
 	r           *Reporter
-	cache       cache.Cache
-	instance    cache.Informer
-	deployments cache.Informer
+	lock        *leaseLock   // nil without leader election
+	deadline    atomic.Int64 // end of the hold, Unix nanoseconds
+	end         context.CancelFunc
+	instance    toolscache.SharedIndexInformer
+	deployments toolscache.SharedIndexInformer
+	lostOnce    sync.Once
 }
 
-// current reads the AddonInstance from the cache: nil when it does not exist
-// or the watch has not synced yet.
-func (t *term) current(ctx context.Context) *addonsv1alpha1.AddonInstance {
+// watchDeadline ends the term when the hold runs out.
+func (t *term) watchDeadline(ctx context.Context) {
+	clk := t.r.clock
+	timer := clk.NewTimer(time.Unix(0, t.deadline.Load()).Sub(clk.Now()))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+		}
+		left := time.Unix(0, t.deadline.Load()).Sub(clk.Now())
+		if left <= 0 {
+			t.lost("could not renew the Lease in time")
+			return
+		}
+		timer.Reset(left)
+	}
+}
+
+// lost ends the term: the Lease is no longer this process's.
+func (t *term) lost(why string) {
+	t.lostOnce.Do(func() {
+		t.r.log.Info("lost the Lease: stopping heartbeats", "reason", why)
+		t.end()
+	})
+}
+
+// current reads the AddonInstance from the watch cache: nil when it does not
+// exist or the watch has not synced yet. The cached object is shared: copy it
+// before changing it.
+func (t *term) current() *addonsv1alpha1.AddonInstance {
 	if !t.instance.HasSynced() {
 		return nil
 	}
-	ai := &addonsv1alpha1.AddonInstance{}
-	if err := t.cache.Get(ctx, t.r.key, ai); err != nil {
+	obj, ok, err := t.instance.GetStore().GetByKey(t.r.key.String())
+	if err != nil || !ok {
 		return nil
 	}
+	ai, _ := obj.(*addonsv1alpha1.AddonInstance)
 	return ai
 }
 
 func (t *term) observe() target {
-	ai := t.current(context.Background())
+	ai := t.current()
 	if ai != nil {
 		t.r.knownPeriod.Store(int64(Period(ai)))
 	}
 	return target{present: ai != nil, period: Period(ai)}
 }
 
-// beat is one heartbeat of the loop.
+// beat is one heartbeat of the loop: renew the Lease, then write.
 func (t *term) beat(ctx context.Context) beatResult {
 	r := t.r
-	ai := t.current(ctx)
+	ai := t.current()
+	period := r.period()
+	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
+	defer cancel()
+	if t.lock != nil {
+		if res, ok := t.renew(ctx, period); !ok {
+			return res
+		}
+	}
 	if ai == nil {
 		if !r.waiting {
 			if t.instance.HasSynced() {
@@ -317,9 +313,6 @@ func (t *term) beat(ctx context.Context) beatResult {
 		r.log.Info("AddonInstance found: sending heartbeats")
 		r.waiting = false
 	}
-	period := Period(ai)
-	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
-	defer cancel()
 	comps := t.components(ctx, period)
 
 	start := r.clock.Now()
@@ -349,6 +342,29 @@ func (t *term) beat(ctx context.Context) beatResult {
 	return beatFailed
 }
 
+// renew extends the hold before a heartbeat; ok is false when the heartbeat
+// must not be written, with the result to report.
+func (t *term) renew(ctx context.Context, period time.Duration) (beatResult, bool) {
+	r := t.r
+	err := t.lock.renew(ctx, period)
+	switch {
+	case err == nil:
+		t.deadline.Store(t.lock.validUntil.UnixNano())
+		return beatWritten, true
+	case errors.Is(err, errLeaseLost):
+		t.lost("another replica holds it")
+		return beatFailed, false
+	}
+	reason := failureReason(err)
+	r.metrics.failed.WithLabelValues(reason).Inc()
+	r.failing = true
+	r.limiter.logError(r.log, err, "renewing the Lease failed: heartbeat not sent", "reason", reason)
+	if !r.clock.Now().Before(t.lock.validUntil) {
+		t.lost("could not renew the Lease in time")
+	}
+	return beatFailed, false
+}
+
 // components evaluates every health source, sorted by name; nil when there
 // is none to judge by (Degraded and Installed are then left alone).
 func (t *term) components(ctx context.Context, period time.Duration) []Component {
@@ -359,12 +375,15 @@ func (t *term) components(ctx context.Context, period time.Duration) []Component
 		if !t.deployments.HasSynced() {
 			return nil
 		}
-		var list appsv1.DeploymentList
-		if err := t.cache.List(ctx, &list, client.InNamespace(r.key.Namespace)); err != nil {
-			r.limiter.logError(r.log, err, "listing Deployments from the cache failed")
-			return nil
+		// The store holds trimmed copies; DeploymentComponents only reads.
+		objs := t.deployments.GetStore().List()
+		deps := make([]appsv1.Deployment, 0, len(objs))
+		for _, o := range objs {
+			if d, ok := o.(*appsv1.Deployment); ok {
+				deps = append(deps, *d)
+			}
 		}
-		comps = append(comps, DeploymentComponents(list.Items, r.key.Namespace, r.key.Name)...)
+		comps = append(comps, DeploymentComponents(deps, r.key.Namespace, r.key.Name)...)
 		known = true
 	}
 	if r.health != nil {

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
@@ -26,6 +27,8 @@ func Example() {
 		// Also judge the addon's Deployments, as the sidecar does.
 		DeploymentHealth: true,
 		Logger:           ctrl.Log.WithName("heartbeat"),
+		// Served on the manager's metrics endpoint.
+		Registerer: metrics.Registry,
 	})
 	if err != nil {
 		os.Exit(1)

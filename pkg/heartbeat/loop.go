@@ -2,7 +2,6 @@ package heartbeat
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -21,10 +20,6 @@ const (
 	beatFailed
 )
 
-// errRestart ends a term of leadership so that the election restarts with
-// timings that fit a shorter period.
-var errRestart = errors.New("heartbeat period shortened: restarting leader election with matching timings")
-
 // target is what the loop knows of its AddonInstance between heartbeats.
 type target struct {
 	present bool
@@ -41,15 +36,12 @@ type loop struct {
 	// kick is signalled (non-blocking, capacity 1) when the watched
 	// AddonInstance changes.
 	kick <-chan struct{}
-	// restart, when set, says whether the leadership term must restart for
-	// a new period.
-	restart func(period time.Duration) bool
 }
 
-// run heartbeats until ctx ends (nil) or restart asks for it (errRestart).
-// Ticks fall on origin + k x period; after a failure it retries with a
-// growing backoff but never later than the next scheduled tick.
-func (l *loop) run(ctx context.Context) error {
+// run heartbeats until ctx ends. Ticks fall on origin + k x period; after a
+// failure it retries with a growing backoff but never later than the next
+// scheduled tick.
+func (l *loop) run(ctx context.Context) {
 	now := l.clock.Now()
 	cur := l.observe()
 	origin, due := now, now
@@ -59,12 +51,9 @@ func (l *loop) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-l.kick:
 			t := l.observe()
-			if l.restart != nil && l.restart(t.period) {
-				return errRestart
-			}
 			now := l.clock.Now()
 			switch {
 			case t.present && !cur.present:
@@ -72,10 +61,16 @@ func (l *loop) run(ctx context.Context) error {
 				origin, due, backoff = now, now, 0
 			case t.period != cur.period:
 				last := lastTick(origin, cur.period, now)
+				next := now
 				if last.Add(t.period).After(now) {
-					origin, due = last, last.Add(t.period)
+					origin, next = last, last.Add(t.period)
 				} else {
-					origin, due = now, now
+					origin = now
+				}
+				// A retry after a failed write stays due: a new period
+				// must not postpone the heartbeat the operator is missing.
+				if backoff == 0 || next.Before(due) {
+					due = next
 				}
 			default:
 				cur = t
@@ -86,7 +81,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-timer.C():
 			res := l.beat(ctx)
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			// A change seen during the write is handled by the kick that
 			// follows; until then the schedule stays as it was.

@@ -2,7 +2,6 @@ package heartbeat
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,7 +143,7 @@ func (h *loopHarness) loop() *loop {
 func (h *loopHarness) run(l *loop) (stop func() error) {
 	ctx, cancel := context.WithCancel(h.t.Context())
 	done := make(chan error, 1)
-	go func() { done <- l.run(ctx) }()
+	go func() { l.run(ctx); done <- nil }()
 	return func() error {
 		cancel()
 		select {
@@ -354,26 +353,25 @@ func TestLoopBeatsAtOnceWhenTheInstanceAppears(t *testing.T) {
 	sameTimes(t, h.beatTimes(), []time.Duration{0, ms(2500)})
 }
 
-func TestLoopEndsTheTermWhenTheTimingsNoLongerFit(t *testing.T) {
+func TestLoopKeepsAPendingRetryWhenThePeriodChanges(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	h := newLoopHarness(t, target{present: true, period: 10 * time.Second})
-	l := h.loop()
-	l.restart = func(p time.Duration) bool { return timingsStale(10*time.Second, p) }
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- l.run(ctx) }()
-	h.waitIdle()
-	h.target.Store(target{present: true, period: 2 * time.Second})
-	h.kick <- struct{}{}
-	select {
-	case err := <-done:
-		if !errors.Is(err, errRestart) {
-			t.Fatalf("run = %v, want errRestart", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("loop did not end its term")
+	h.results <- beatFailed
+	stop := h.run(h.loop())
+	// The write at 0 fails: a retry after max(100ms, period/10) = 1s.
+	h.fire()
+	if at := h.waitIdle().Sub(h.start); at != time.Second {
+		t.Fatalf("retry armed for %s, want 1s", at)
 	}
+	h.advanceTo(ms(500))
+	if next := h.change(target{present: true, period: 20 * time.Second}); next != time.Second {
+		t.Errorf("after a period change the retry moved from 1s to %s", next)
+	}
+	h.advanceTo(ms(20050))
+	stop()
+	// The retry succeeds at 1s; the schedule keeps its origin (0), now
+	// every 20s.
+	sameTimes(t, h.beatTimes(), []time.Duration{0, time.Second, 20 * time.Second})
 }
 
 func TestLoopStopsPromptlyMidWrite(t *testing.T) {

@@ -25,7 +25,15 @@ type metrics struct {
 	latency     prometheus.Observer
 	leader      prometheus.Gauge
 	conflicts   prometheus.Counter
+	elections   *prometheus.CounterVec
 }
+
+// Results of an attempt to take the election Lease, the "result" label.
+const (
+	electionAcquired = "acquired"
+	electionHeld     = "held_by_other"
+	electionError    = "error"
+)
 
 var instanceLabels = []string{"namespace", "addon_instance"}
 
@@ -55,6 +63,10 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		Name: "addon_heartbeat_conflicts_retried_total",
 		Help: "Status write conflicts retried against fresh state.",
 	}, instanceLabels)
+	elections := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "addon_heartbeat_election_attempts_total",
+		Help: "Attempts to take the election Lease by a standby, by result (acquired, held_by_other, error).",
+	}, append(instanceLabels, "result"))
 
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
@@ -73,11 +85,16 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	latency = register(latency).(*prometheus.HistogramVec)
 	leader = register(leader).(*prometheus.GaugeVec)
 	conflicts = register(conflicts).(*prometheus.CounterVec)
+	elections = register(elections).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, err
 	}
 	l := prometheus.Labels{"namespace": namespace, "addon_instance": name}
 	failedCurried, err := failed.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	electionsCurried, err := elections.CurryWith(l)
 	if err != nil {
 		return nil, err
 	}
@@ -88,5 +105,6 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		latency:     latency.With(l),
 		leader:      leader.With(l),
 		conflicts:   conflicts.With(l),
+		elections:   electionsCurried,
 	}, nil
 }

@@ -108,9 +108,9 @@ func TestAnAPIOutageDelaysHeartbeatsButNeverStopsTheReporter(t *testing.T) {
 	beatsAtCut := len(rec.snapshot())
 	during := runtime.NumGoroutine()
 	// Several election attempts fail meanwhile; nothing piles up.
-	attempts := rn.logs.count("Failed to acquire lease")
+	attempts := rn.metric(t, electionAttempts, "result", "error")
 	eventually(t, 10*time.Second, "election attempts during the outage", func() (bool, error) {
-		return rn.logs.count("Failed to acquire lease") >= attempts+5, nil
+		return rn.metric(t, electionAttempts, "result", "error") >= attempts+5, nil
 	})
 	if later := runtime.NumGoroutine(); later > steady {
 		t.Errorf("goroutines piled up during the outage: %d, %d when it began, %d before it", later, during, steady)

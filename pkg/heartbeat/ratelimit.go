@@ -70,8 +70,8 @@ func (l *errorLimiter) logError(log logr.Logger, err error, msg string, kv ...an
 }
 
 // limitedSink passes Info through and rate-limits Error through an
-// errorLimiter. It carries the logger of client-go's leader election, which
-// logs every failed attempt.
+// errorLimiter. It carries the logger of client-go's reflectors, which log
+// every failed list and watch.
 type limitedSink struct {
 	logr.LogSink
 	limiter *errorLimiter

@@ -37,16 +37,16 @@ func TestRateLimitedSinkPassesInfoAndLimitsErrors(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(0, 0))
 	var lines []string
 	base := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
-	log := rateLimited(base, newErrorLimiter(clk, time.Minute)).WithName("leaderelection").WithValues("lock", "x")
+	log := rateLimited(base, newErrorLimiter(clk, time.Minute)).WithName("watch").WithValues("reflector", "x")
 	err := errors.New("forbidden")
 	for range 5 {
 		log.Info("attempting")
-		log.Error(err, "error retrieving resource lock")
+		log.Error(err, "failed to list")
 	}
 	if len(lines) != 6 {
 		t.Fatalf("logged %d lines, want 5 infos and 1 error: %v", len(lines), lines)
 	}
-	if !strings.Contains(lines[1], "leaderelection") || !strings.Contains(lines[1], `"lock"="x"`) {
+	if !strings.Contains(lines[1], "watch") || !strings.Contains(lines[1], `"reflector"="x"`) {
 		t.Errorf("name or values lost: %q", lines[1])
 	}
 	if got := rateLimited(logr.Discard(), newErrorLimiter(clk, time.Minute)); got.GetSink() != nil {

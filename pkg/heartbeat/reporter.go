@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -16,23 +15,14 @@ import (
 	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 )
@@ -71,8 +61,10 @@ type Options struct {
 
 	// Logger; logr.Discard() when unset.
 	Logger logr.Logger
-	// Registerer for the Reporter's metrics; controller-runtime's registry
-	// (served by the manager's metrics endpoint) when nil.
+	// Registerer for the Reporter's metrics; prometheus.DefaultRegisterer
+	// when nil. With a controller-runtime manager pass its registry
+	// (sigs.k8s.io/controller-runtime/pkg/metrics.Registry) to serve them on
+	// the manager's metrics endpoint.
 	Registerer prometheus.Registerer
 	// ErrorLogInterval is how often a persisting error is logged again;
 	// DefaultErrorLogInterval when zero.
@@ -86,12 +78,8 @@ type Options struct {
 type Reporter struct {
 	opts    Options
 	key     types.NamespacedName
-	cfg     *rest.Config
-	http    *http.Client
-	scheme  *runtime.Scheme
-	mapper  meta.RESTMapper
-	client  client.Client
-	leases  coordinationv1client.LeasesGetter
+	kube    *kube
+	lock    *leaseLock
 	metrics *metrics
 	log     logr.Logger
 	limiter *errorLimiter
@@ -117,10 +105,9 @@ type Reporter struct {
 	failing   bool
 }
 
-var (
-	_ manager.Runnable               = &Reporter{}
-	_ manager.LeaderElectionRunnable = &Reporter{}
-)
+// A Reporter is a controller-runtime manager.Runnable and
+// LeaderElectionRunnable by its method set (Start, NeedLeaderElection); the
+// package does not import controller-runtime, so that the sidecar stays small.
 
 // New validates opts and builds a Reporter that talks to the API server of
 // cfg. It does no I/O.
@@ -159,7 +146,7 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		opts.Logger = logr.Discard()
 	}
 	if opts.Registerer == nil {
-		opts.Registerer = ctrlmetrics.Registry
+		opts.Registerer = prometheus.DefaultRegisterer
 	}
 	if opts.ErrorLogInterval <= 0 {
 		opts.ErrorLogInterval = DefaultErrorLogInterval
@@ -173,17 +160,9 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: building the HTTP client: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(appsv1.AddToScheme(scheme))
-	utilruntime.Must(addonsv1alpha1.AddToScheme(scheme))
-	mapper := newMapper()
-	cl, err := client.New(cfg, client.Options{HTTPClient: httpClient, Scheme: scheme, Mapper: mapper})
+	k, err := newKube(cfg, httpClient)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: building the client: %w", err)
-	}
-	leases, err := coordinationv1client.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat: building the Lease client: %w", err)
+		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
 	m, err := newMetrics(opts.Registerer, opts.Namespace, opts.Name)
 	if err != nil {
@@ -194,12 +173,8 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 	r := &Reporter{
 		opts:            opts,
 		key:             key,
-		cfg:             cfg,
-		http:            httpClient,
-		scheme:          scheme,
-		mapper:          mapper,
-		client:          cl,
-		leases:          leases,
+		kube:            k,
+		lock:            &leaseLock{kube: k, key: leaseKey(opts.LeaseNamespace, opts.Name), identity: opts.Identity, clock: clk},
 		metrics:         m,
 		log:             opts.Logger.WithValues("addonInstance", key.String()),
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
@@ -214,21 +189,6 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		r.health = newHealthChecker(opts.HealthURL)
 	}
 	return r, nil
-}
-
-func newMapper() meta.RESTMapper {
-	// A static mapper for the few kinds the Reporter reads: no discovery
-	// requests. The cache looks list kinds up for their scope only.
-	m := meta.NewDefaultRESTMapper(nil)
-	for _, gvk := range []schema.GroupVersionKind{
-		addonsv1alpha1.GroupVersion.WithKind("AddonInstance"),
-		addonsv1alpha1.GroupVersion.WithKind("AddonInstanceList"),
-		appsv1.SchemeGroupVersion.WithKind("Deployment"),
-		appsv1.SchemeGroupVersion.WithKind("DeploymentList"),
-	} {
-		m.Add(gvk, meta.RESTScopeNamespace)
-	}
-	return m
 }
 
 // NeedLeaderElection is false: the Reporter runs on every replica and elects
@@ -345,8 +305,8 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			r.metrics.conflicts.Inc()
-			fresh := &addonsv1alpha1.AddonInstance{}
-			if err := r.client.Get(ctx, r.key, fresh); err != nil {
+			fresh, err := r.kube.getInstance(ctx, r.key)
+			if err != nil {
 				return fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
 			}
 			obj = fresh
@@ -365,7 +325,7 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 		})
 		Apply(&obj.Status.Conditions, d, obj.Generation, now)
 		obj.Status.LastHeartbeatTime = metav1.NewTime(now)
-		err := r.client.Status().Update(ctx, obj, client.FieldOwner(FieldManager))
+		err := r.kube.updateInstanceStatus(ctx, obj)
 		if err == nil {
 			return nil
 		}

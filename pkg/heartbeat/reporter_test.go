@@ -32,6 +32,8 @@ const (
 	failTotal = "addon_heartbeat_heartbeats_failed_total"
 	conflicts = "addon_heartbeat_conflicts_retried_total"
 	isLeader  = "addon_heartbeat_is_leader"
+	// electionAttempts counts a standby's attempts on the Lease by result.
+	electionAttempts = "addon_heartbeat_election_attempts_total"
 )
 
 // onGrid checks that heartbeats fall on a fixed schedule, first + k x period
@@ -604,11 +606,11 @@ func TestForbiddenIsLoggedClearlyRateLimitedAndRecovers(t *testing.T) {
 
 	// Several election attempts, each forbidden: logged once.
 	eventually(t, 20*time.Second, "three forbidden election attempts", func() (bool, error) {
-		return rn.logs.count("Failed to acquire lease") >= 3, nil
+		return rn.metric(t, electionAttempts, "result", "error") >= 3, nil
 	})
 	if n := rn.logs.count("forbidden", `cannot get resource \"leases\"`); n != 1 {
-		t.Errorf("the forbidden Lease read was logged %d times over %d attempts, want once:\n%s",
-			n, rn.logs.count("Failed to acquire lease"), rn.logs)
+		t.Errorf("the forbidden Lease read was logged %d times over %v attempts, want once:\n%s",
+			n, rn.metric(t, electionAttempts, "result", "error"), rn.logs)
 	}
 	if n := rn.logs.count("reading the AddonInstance is forbidden"); n != 1 {
 		t.Errorf("the forbidden AddonInstance read was logged %d times, want once", n)

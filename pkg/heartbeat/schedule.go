@@ -87,36 +87,50 @@ func nextBackoff(prev, period time.Duration) time.Duration {
 
 // LeaseTimings are the leader election settings for one heartbeat period.
 type LeaseTimings struct {
+	// LeaseDuration is how long a standby waits, after it last saw the
+	// Lease renewed, before it takes the Lease over.
 	LeaseDuration time.Duration
+	// RenewDeadline is how long the leader keeps leading without a
+	// successful renewal; shorter than LeaseDuration so that it has stopped
+	// writing before any standby may start.
 	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
+	// RetryPeriod is how often a standby reads the Lease.
+	RetryPeriod time.Duration
 }
 
-// Timings derives the leader election settings from the heartbeat period P:
-// lease duration P (whole seconds, at least 1s, as a Lease stores seconds),
-// renew deadline 2/3 of it, retry period P/4 (at least 200ms).
+// takeoverBound is the longest heartbeat gap a killed leader may leave, as a
+// multiple of the period: under the operator's 3 x period timeout with room
+// for the new leader's start-up and first write.
+const takeoverBound = 2.6
+
+// Timings derives the leader election settings from the heartbeat period P.
+// The leader renews the Lease in the same tick as each heartbeat, so it
+// writes the Lease once per period; the settings are:
 //
-// The operator times a heartbeat out after 3P. If a leader is killed without
-// releasing its Lease, the gap it leaves is at most: P since its last
-// heartbeat, plus up to one retry period before a standby sees the last
-// renewal, plus the lease duration, plus one more retry period (with client-go's
-// 1.2 jitter) before the standby tries again: P + 0.25P + P + 0.3P = 2.55P,
-// plus one write. A leader that stops cleanly (SIGTERM) releases its Lease and
-// a standby takes over within one retry period.
+//   - lease duration 1.5P, rounded up to whole seconds (a Lease stores
+//     seconds): half a period of slack for a renewal that is slow or must be
+//     retried;
+//   - renew deadline: the lease duration less P/4;
+//   - retry period (a standby's read of the Lease): P/2, shortened where the
+//     rounded lease duration would otherwise push the bound below over
+//     2.6P; at least 200ms.
+//
+// A leader killed without releasing its Lease last renewed it together with
+// its last heartbeat. A standby sees that renewal within one retry period,
+// waits one lease duration from then, and finds the Lease expired within
+// one more retry period: the gap is at most lease + 2 x retry <= 2.6P (2.5P
+// for periods of 2s and more), plus the new leader's first write. A leader
+// that stops cleanly releases the Lease and a standby takes over within one
+// retry period.
 func Timings(period time.Duration) LeaseTimings {
-	lease := max(period.Truncate(time.Second), time.Second)
+	period = clampPeriod(period)
+	lease := (period*3/2 + time.Second - 1).Truncate(time.Second)
+	retry := min(period/2, (time.Duration(takeoverBound*float64(period))-lease)/2)
 	return LeaseTimings{
 		LeaseDuration: lease,
-		RenewDeadline: lease * 2 / 3,
-		RetryPeriod:   max(period/4, 200*time.Millisecond),
+		RenewDeadline: lease - period/4,
+		RetryPeriod:   max(retry, 200*time.Millisecond),
 	}
-}
-
-// timingsStale reports whether timings chosen for oldPeriod no longer
-// guarantee a takeover within 3 x newPeriod. Longer periods are always
-// covered; a period shorter than about 2/3 of the old one is not.
-func timingsStale(oldPeriod, newPeriod time.Duration) bool {
-	return newPeriod*3 < oldPeriod*2
 }
 
 // LeaseName is the Lease that elects the one writer for an AddonInstance:

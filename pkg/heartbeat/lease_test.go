@@ -1,0 +1,210 @@
+package heartbeat
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// requestCounter counts one reporter's requests to the API server by verb
+// and resource, as the API server would see them ("update leases", "get
+// addoninstances", "watch deployments", "update addoninstances/status").
+type requestCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// counted returns a copy of cfg whose requests c counts.
+func (c *requestCounter) counted(cfg *rest.Config) *rest.Config {
+	c.n = map[string]int{}
+	out := rest.CopyConfig(cfg)
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			c.mu.Lock()
+			c.n[requestKind(req)]++
+			c.mu.Unlock()
+			return rt.RoundTrip(req)
+		})
+	}
+	return out
+}
+
+func (c *requestCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+// requestKind names a namespaced request: verb and resource[/subresource].
+func requestKind(req *http.Request) string {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	i := 0
+	for i < len(parts) && parts[i] != "namespaces" {
+		i++
+	}
+	rest := parts[min(i+2, len(parts)):] // resource, name, subresource
+	if len(rest) == 0 {
+		return req.Method + " " + req.URL.Path
+	}
+	resource := rest[0]
+	verb := map[string]string{http.MethodGet: "get", http.MethodPut: "update", http.MethodPost: "create",
+		http.MethodPatch: "patch", http.MethodDelete: "delete"}[req.Method]
+	switch {
+	case len(rest) == 1 && req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
+		verb = "watch"
+	case len(rest) == 1 && req.Method == http.MethodGet:
+		verb = "list"
+	case len(rest) == 3:
+		resource += "/" + rest[2]
+	}
+	return verb + " " + resource
+}
+
+// diff is after - before for every kind seen.
+func diff(before, after map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing.T) {
+	const period = time.Second
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", period)
+	rec := record(t, ns, "addon-instance")
+	var leaderReqs, standbyReqs requestCounter
+	leader := startReporter(t, leaderReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-a", DeploymentHealth: true})
+	rec.waitBeats(t, 2, 10*time.Second)
+	standby := startReporter(t, standbyReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-b", DeploymentHealth: true})
+	eventually(t, 10*time.Second, "the standby's first look at the Lease", func() (bool, error) {
+		return standby.metric(t, electionAttempts, "result", electionHeld) >= 1, nil
+	})
+
+	lb, sb, sentBefore, since := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal), time.Now()
+	n := len(rec.snapshot())
+	rec.waitBeats(t, n+8, 20*time.Second)
+	la, sa, sent, elapsed := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal)-sentBefore, time.Since(since)
+	ld, sd := diff(lb, la), diff(sb, sa)
+	t.Logf("over %s (%v heartbeats): leader %v; standby %v", elapsed.Round(time.Millisecond), sent, ld, sd)
+
+	// The leader: per heartbeat one status write and one Lease renewal,
+	// and nothing else (the watches were opened before the window).
+	// Renewal and write share a tick, so the window's edges can split a
+	// pair.
+	if got := ld["update addoninstances/status"]; float64(got) != sent {
+		t.Errorf("leader: %d status writes for %v heartbeats", got, sent)
+	}
+	if got := ld["update leases"]; float64(got) < sent-1 || float64(got) > sent+1 {
+		t.Errorf("leader: %d Lease writes for %v heartbeats, want one each", got, sent)
+	}
+	if extra := len(ld) - 2; extra > 0 {
+		t.Errorf("leader: %d other kinds of request: %v", extra, ld)
+	}
+	// The standby: only reads of the Lease, one per retry period (less
+	// up to 10% jitter).
+	retry := Timings(period).RetryPeriod
+	lo, hi := int(elapsed/retry)-1, int(elapsed/(retry*9/10))+1
+	if got := sd["get leases"]; got < lo || got > hi || len(sd) != 1 {
+		t.Errorf("standby: %v, want only %d-%d Lease reads", sd, lo, hi)
+	}
+	if standby.metric(t, sentTotal) != 0 || standby.IsLeader() {
+		t.Errorf("the standby wrote %v heartbeats", standby.metric(t, sentTotal))
+	}
+
+	lease := &coordinationv1.Lease{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, lease); err != nil {
+		t.Fatal(err)
+	}
+	want := Timings(period)
+	if got := lease.Annotations[PeriodAnnotation]; got != period.String() {
+		t.Errorf("Lease annotation %s = %q, want %q", PeriodAnnotation, got, period)
+	}
+	if got := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second; got != want.LeaseDuration {
+		t.Errorf("leaseDurationSeconds %s, want %s", got, want.LeaseDuration)
+	}
+	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "pod-a" {
+		t.Errorf("holder %q, want pod-a", got)
+	}
+}
+
+func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
+	const period = time.Second
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", period)
+	rec := record(t, ns, "addon-instance")
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"})
+	rec.waitBeats(t, 2, 10*time.Second)
+
+	// Another holder (a replica that judged the Lease expired, say) writes
+	// itself in with a long hold.
+	key := client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}
+	lease := &coordinationv1.Lease{}
+	if err := k8s.Get(t.Context(), key, lease); err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.HolderIdentity = ptr.To("intruder")
+	lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := k8s.Update(t.Context(), lease); err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	// Its next renewal, within one period, finds the new holder.
+	eventually(t, 3*period, "the leader giving up", func() (bool, error) { return !rn.IsLeader(), nil })
+	t.Logf("stopped leading %s after the Lease was taken", time.Since(taken).Round(time.Millisecond))
+	sent := rn.metric(t, sentTotal)
+	// Several looks at the Lease later it still writes nothing and does
+	// not take the Lease back while the intruder's hold runs.
+	eventually(t, 10*time.Second, "three looks at the held Lease", func() (bool, error) {
+		return rn.metric(t, electionAttempts, "result", electionHeld) >= 3, nil
+	})
+	if got := rn.metric(t, sentTotal); got != sent {
+		t.Errorf("%v heartbeats written after the Lease was taken", got-sent)
+	}
+	if err := k8s.Get(t.Context(), key, lease); err != nil {
+		t.Fatal(err)
+	}
+	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "intruder" {
+		t.Errorf("holder %q, want the intruder", got)
+	}
+	if got := rn.metric(t, isLeader); got != 0 {
+		t.Errorf("is_leader %v after losing the Lease", got)
+	}
+}
+
+func TestRequestKind(t *testing.T) {
+	tests := map[string]struct{ method, url, want string }{
+		"status write": {http.MethodPut, "/apis/addons.managed.openshift.io/v1alpha1/namespaces/ns/addoninstances/ai/status?fieldManager=x", "update addoninstances/status"},
+		"lease read":   {http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", "get leases"},
+		"watch":        {http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments?watch=true", "watch deployments"},
+		"list":         {http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments", "list deployments"},
+		"create":       {http.MethodPost, "/apis/coordination.k8s.io/v1/namespaces/ns/leases", "create leases"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, "https://h"+tt.url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := requestKind(req); got != tt.want {
+				t.Errorf("requestKind(%s %s) = %q, want %q", tt.method, tt.url, got, tt.want)
+			}
+		})
+	}
+}
