@@ -4,13 +4,30 @@
 package main
 
 import (
+	"context"
 	"os"
-
-	ctrl "sigs.k8s.io/controller-runtime"
+	"os/signal"
+	"syscall"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/reporter"
 )
 
 func main() {
-	os.Exit(reporter.Main(ctrl.SetupSignalHandler(), os.Args[1:], os.Getenv, os.Stderr))
+	os.Exit(reporter.Main(signalContext(), os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// signalContext ends on the first SIGTERM or SIGINT, so that the reporter
+// stops and releases its Lease; a second signal exits at once with code 1
+// (as controller-runtime's SetupSignalHandler did).
+func signalContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := make(chan os.Signal, 2)
+	signal.Notify(c, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-c
+		cancel()
+		<-c
+		os.Exit(reporter.ExitRuntime)
+	}()
+	return ctx
 }

@@ -218,6 +218,12 @@ func TestInjectedReporterProcess(t *testing.T) {
 	if v := scrape(t, metrics, "addon_heartbeat_is_leader"); v != 1 {
 		t.Errorf("is_leader = %v", v)
 	}
+	// The Go runtime's and the process's own metrics are served too.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"} {
+		if v := scrape(t, metrics, name); v <= 0 {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
 	if *soak > 0 {
 		start := readMemory(t, cmd.Process.Pid)
 		time.Sleep(*soak)

@@ -1,7 +1,10 @@
 // Package reporter is the command of the injected sidecar: it parses the
 // flags and environment the webhook sets (see pkg/inject) and runs a
-// pkg/heartbeat Reporter in zero-code mode inside a controller-runtime manager
-// that serves /healthz, /readyz and /metrics.
+// pkg/heartbeat Reporter in zero-code mode, next to two plain net/http
+// servers: /healthz and /readyz on one address, /metrics (the Reporter's
+// series and the Go and process metrics, from a registry of its own) on the
+// other. It does not use a controller-runtime manager, whose client and
+// cache would link every built-in API group into the binary.
 package reporter
 
 import (
@@ -47,7 +50,8 @@ type Config struct {
 	// PodNamespace is where the reporter runs (POD_NAMESPACE), for logs.
 	PodNamespace string
 	// Kubeconfig is a kubeconfig file; empty means KUBECONFIG, then
-	// in-cluster, then ~/.kube/config (controller-runtime's rules).
+	// in-cluster, then ~/.kube/config (the rules of controller-runtime's
+	// config.GetConfig).
 	Kubeconfig string
 	// LogLevel is --log-level: debug, info or error (empty: --zap-log-level,
 	// info by default).

@@ -6,20 +6,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
+	"net"
 	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
@@ -49,7 +54,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	}
 	cfg.Zap.DestWriter = stderr
 	log := zap.New(zap.UseFlagOptions(&cfg.Zap))
-	ctrl.SetLogger(log)
+	// client-go logs through klog. Whatever may log through
+	// controller-runtime's pkg/log (a dependency of its zap package) gets
+	// the same logger, rather than a complaint that none was set.
+	ctrllog.SetLogger(log)
 	klog.SetLogger(log)
 	setup := log.WithName("setup")
 
@@ -65,8 +73,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	return ExitOK
 }
 
-// loadKubeconfig uses the file given, or controller-runtime's rules
-// (KUBECONFIG, in-cluster, ~/.kube/config).
+// loadKubeconfig uses the file given, or else the same rules as
+// controller-runtime's config.GetConfig: KUBECONFIG when it is set;
+// otherwise the in-cluster configuration, then ~/.kube/config.
 func loadKubeconfig(path string) (*rest.Config, error) {
 	if path != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
@@ -75,16 +84,85 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 		}
 		return cfg, nil
 	}
-	cfg, err := config.GetConfig()
+	cfg, err := discoverKubeconfig()
 	if err != nil {
 		return nil, fmt.Errorf("finding the API server (in-cluster, KUBECONFIG or --kubeconfig): %w", err)
+	}
+	// As controller-runtime does: no client-side rate limit unless the
+	// kubeconfig sets one.
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
 	}
 	return cfg, nil
 }
 
-// Run runs a zero-code Reporter for cfg in a manager that serves health
-// probes and metrics, until ctx ends.
+// discoverKubeconfig is controller-runtime's config.GetConfig without a
+// --kubeconfig flag or context: the files of KUBECONFIG when it is set;
+// otherwise the in-cluster configuration, and when that fails ~/.kube/config
+// (the home directory of the current user when HOME is unset).
+func discoverKubeconfig() (*rest.Config, error) {
+	var inClusterErr error
+	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		cfg, err := rest.InClusterConfig()
+		if err == nil {
+			return cfg, nil
+		}
+		inClusterErr = err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if _, ok := os.LookupEnv("HOME"); !ok {
+		// controller-runtime fails here when the user is unknown; without
+		// a home directory there is simply no ~/.kube/config to read.
+		if u, err := user.Current(); err == nil && u.HomeDir != "" {
+			rules.Precedence = append(rules.Precedence,
+				filepath.Join(u.HomeDir, clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName))
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		if inClusterErr != nil {
+			return nil, fmt.Errorf("no in-cluster configuration (%v) and no kubeconfig: %w", inClusterErr, err)
+		}
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Timeouts of the probe and metrics servers.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 90 * time.Second
+	// shutdownTimeout bounds the graceful stop of the HTTP servers, after
+	// the Reporter has returned.
+	shutdownTimeout = 5 * time.Second
+)
+
+// endpoint is one HTTP server of the reporter, bound but not yet serving.
+type endpoint struct {
+	what     string // what it serves, for errors and logs
+	flag     string // the flag that sets its address
+	addr     string // its value
+	listener net.Listener
+	server   *http.Server
+}
+
+// Run runs a zero-code Reporter for cfg until ctx ends, and serves its health
+// probes and metrics from plain net/http servers. Both addresses are bound
+// before the Reporter starts, so a bad or used address fails at once; the
+// servers keep answering until the Reporter has stopped and released its
+// Lease, and are shut down then.
 func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger) error {
+	// A registry of our own: the Reporter's series and the Go and process
+	// collectors, nothing registered globally by libraries.
+	registry := prometheus.NewRegistry()
+	if err := registry.Register(collectors.NewGoCollector()); err != nil {
+		return fmt.Errorf("registering the Go metrics: %w", err)
+	}
+	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return fmt.Errorf("registering the process metrics: %w", err)
+	}
 	r, err := heartbeat.New(restCfg, heartbeat.Options{
 		Namespace:        cfg.Namespace,
 		Name:             cfg.AddonInstance,
@@ -94,42 +172,116 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		LeaseNamespace:   cfg.LeaderElectionNamespace,
 		Identity:         cfg.Identity,
 		Logger:           log.WithName("heartbeat"),
+		Registerer:       registry,
 	})
 	if err != nil {
 		return fmt.Errorf("configuring the reporter: %w", err)
 	}
-	mgr, err := manager.New(restCfg, manager.Options{
-		Scheme:                 runtime.NewScheme(),
-		Logger:                 log,
-		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
-		HealthProbeBindAddress: cfg.HealthProbeAddr,
-		// The Reporter elects one writer per AddonInstance itself.
-		LeaderElection: false,
-		// The manager's own client and cache are unused (the Reporter has
-		// its own, scoped to what it reads): no discovery at start.
-		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-			return meta.NewDefaultRESTMapper(nil), nil
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
+
+	errorLog := newHTTPErrorLog(log.WithName("http"))
+	var endpoints []*endpoint
+	if cfg.HealthProbeAddr != "0" {
+		// Readiness gates the addon pod (a native sidecar's readiness
+		// counts), so it means "configured and serving" and never depends
+		// on the API server or on leadership.
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", ok)
+		mux.HandleFunc("GET /readyz", ok)
+		endpoints = append(endpoints, &endpoint{what: "health probes", flag: "--health-probe-bind-address",
+			addr: cfg.HealthProbeAddr, server: newServer(mux, errorLog)})
 	}
-	// Readiness gates the addon pod (a native sidecar's readiness counts),
-	// so it means "configured and serving" and never depends on the API
-	// server or on leadership.
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("adding the health check: %w", err)
+	if cfg.MetricsAddr != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: errorLog}))
+		endpoints = append(endpoints, &endpoint{what: "metrics", flag: "--metrics-bind-address",
+			addr: cfg.MetricsAddr, server: newServer(mux, errorLog)})
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("adding the readiness check: %w", err)
+	for _, e := range endpoints {
+		l, err := new(net.ListenConfig).Listen(ctx, "tcp", e.addr)
+		if err != nil {
+			for _, bound := range endpoints {
+				if bound.listener != nil {
+					_ = bound.listener.Close()
+				}
+			}
+			return fmt.Errorf("serving the %s on %s (%s): %w", e.what, e.addr, e.flag, err)
+		}
+		e.listener = l
 	}
-	if err := mgr.Add(r); err != nil {
-		return fmt.Errorf("adding the reporter: %w", err)
+
+	setup := log.WithName("setup")
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	serveErrs := make(chan error, len(endpoints))
+	for _, e := range endpoints {
+		setup.Info("serving "+e.what, "address", e.listener.Addr().String())
+		wg.Go(func() {
+			if err := e.server.Serve(e.listener); !errors.Is(err, http.ErrServerClosed) {
+				// A server that stops on its own stops the reporter,
+				// which then exits with an error.
+				serveErrs <- fmt.Errorf("serving the %s on %s: %w", e.what, e.listener.Addr(), err)
+				cancel()
+			}
+		})
 	}
-	log.WithName("setup").Info("starting", "addonInstance", cfg.Namespace+"/"+cfg.AddonInstance,
+
+	setup.Info("starting", "addonInstance", cfg.Namespace+"/"+cfg.AddonInstance,
 		"deleteAck", cfg.DeleteAck, "healthURL", cfg.HealthURL, "identity", cfg.Identity, "podNamespace", cfg.PodNamespace)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("running: %w", err)
+	runErr := r.Start(runCtx)
+
+	// The Reporter has stopped heartbeating and released its Lease (or a
+	// server failed): the probes and metrics, served during that hand-over,
+	// stop now.
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancelShutdown()
+	for _, e := range endpoints {
+		if err := e.server.Shutdown(shutdownCtx); err != nil {
+			setup.Info("closing the "+e.what+" server after its graceful shutdown failed", "reason", err.Error())
+			_ = e.server.Close()
+		}
 	}
-	return nil
+	wg.Wait()
+	close(serveErrs)
+
+	errs := []error{}
+	for err := range serveErrs {
+		errs = append(errs, err)
+	}
+	if runErr != nil {
+		errs = append(errs, fmt.Errorf("running: %w", runErr))
+	}
+	return errors.Join(errs...)
+}
+
+func newServer(h http.Handler, errorLog *stdlog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    1 << 16,
+		ErrorLog:          errorLog,
+	}
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = io.WriteString(w, "ok")
+}
+
+// newHTTPErrorLog sends what net/http and promhttp would print with the
+// standard log package to the structured log, so that every line on stderr
+// stays JSON.
+func newHTTPErrorLog(l logr.Logger) *stdlog.Logger {
+	return stdlog.New(logWriter{l}, "", 0)
+}
+
+type logWriter struct{ l logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.l.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
