@@ -120,14 +120,16 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name string)
 }
 
 // Build compiles the given packages of this module (such as ./cmd/webhook)
-// into dir and returns the binaries' paths by base name.
+// into dir and returns the binaries' paths by base name. It uses the flags
+// the images are built with (Dockerfile, internal/images), so that tests and
+// benchmarks run, and measure, what ships.
 func Build(dir string, progress io.Writer, pkgs ...string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, pkg := range pkgs {
 		name := filepath.Base(pkg)
 		bin := filepath.Join(dir, name)
 		fmt.Fprintf(progress, "building %s\n", pkg)
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
 		cmd.Dir = testenv.RepoRoot()
 		cmd.Stdout, cmd.Stderr = progress, progress
 		if err := cmd.Run(); err != nil {
