@@ -63,8 +63,16 @@ func (l *leaseLock) heldByOther(now time.Time) bool {
 	if holder == "" || holder == l.identity {
 		return false
 	}
-	d := time.Duration(ptr.Deref(spec.LeaseDurationSeconds, 0)) * time.Second
-	return now.Before(l.observedAt.Add(d))
+	return now.Before(l.observedAt.Add(l.duration()))
+}
+
+// duration is how long the holder's record is good for: exact for the period
+// the holder announced, else the whole seconds of the record.
+func (l *leaseLock) duration() time.Duration {
+	if p, err := time.ParseDuration(l.lease.Annotations[PeriodAnnotation]); err == nil {
+		return Timings(p).LeaseDuration
+	}
+	return time.Duration(ptr.Deref(l.lease.Spec.LeaseDurationSeconds, 0)) * time.Second
 }
 
 // period is the heartbeat period the holder announced, or fallback.
@@ -89,7 +97,7 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 		spec.HolderIdentity = ptr.To(l.identity)
 		spec.AcquireTime = &metav1.MicroTime{Time: now}
 	}
-	spec.LeaseDurationSeconds = ptr.To(int32(t.LeaseDuration / time.Second))
+	spec.LeaseDurationSeconds = ptr.To(leaseSeconds(t.LeaseDuration))
 	spec.RenewTime = &metav1.MicroTime{Time: now}
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}

@@ -135,8 +135,9 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing
 	if got := lease.Annotations[PeriodAnnotation]; got != period.String() {
 		t.Errorf("Lease annotation %s = %q, want %q", PeriodAnnotation, got, period)
 	}
-	if got := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second; got != want.LeaseDuration {
-		t.Errorf("leaseDurationSeconds %s, want %s", got, want.LeaseDuration)
+	// 1.5s, rounded up to whole seconds for readers of the field.
+	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || want.LeaseDuration != 1500*time.Millisecond {
+		t.Errorf("leaseDurationSeconds %d for a lease of %s, want 2", got, want.LeaseDuration)
 	}
 	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "pod-a" {
 		t.Errorf("holder %q, want pod-a", got)

@@ -98,39 +98,40 @@ type LeaseTimings struct {
 	RetryPeriod time.Duration
 }
 
-// takeoverBound is the longest heartbeat gap a killed leader may leave, as a
-// multiple of the period: under the operator's 3 x period timeout with room
-// for the new leader's start-up and first write.
-const takeoverBound = 2.6
-
 // Timings derives the leader election settings from the heartbeat period P.
 // The leader renews the Lease in the same tick as each heartbeat, so it
 // writes the Lease once per period; the settings are:
 //
-//   - lease duration 1.5P, rounded up to whole seconds (a Lease stores
-//     seconds): half a period of slack for a renewal that is slow or must be
-//     retried;
-//   - renew deadline: the lease duration less P/4;
-//   - retry period (a standby's read of the Lease): P/2, shortened where the
-//     rounded lease duration would otherwise push the bound below over
-//     2.6P; at least 200ms.
+//   - lease duration 1.5P: half a period of slack for a renewal that is slow
+//     or must be retried;
+//   - renew deadline 1.25P (the lease duration less P/4);
+//   - retry period (a standby's read of the Lease) P/2.
 //
 // A leader killed without releasing its Lease last renewed it together with
 // its last heartbeat. A standby sees that renewal within one retry period,
 // waits one lease duration from then, and finds the Lease expired within
-// one more retry period: the gap is at most lease + 2 x retry <= 2.6P (2.5P
-// for periods of 2s and more), plus the new leader's first write. A leader
-// that stops cleanly releases the Lease and a standby takes over within one
-// retry period.
+// one more retry period: the gap is at most 2.5P plus the new leader's first
+// write, under the operator's 3P. A leader that stops cleanly releases the
+// Lease and a standby takes over within one retry period.
+//
+// The Lease's spec.leaseDurationSeconds holds the lease duration rounded up
+// to whole seconds, for other readers; replicas judge expiry by the exact
+// duration for the period announced on the Lease (PeriodAnnotation).
 func Timings(period time.Duration) LeaseTimings {
 	period = clampPeriod(period)
-	lease := (period*3/2 + time.Second - 1).Truncate(time.Second)
-	retry := min(period/2, (time.Duration(takeoverBound*float64(period))-lease)/2)
+	lease := period * 3 / 2
 	return LeaseTimings{
 		LeaseDuration: lease,
 		RenewDeadline: lease - period/4,
-		RetryPeriod:   max(retry, 200*time.Millisecond),
+		RetryPeriod:   period / 2,
 	}
+}
+
+// leaseSeconds is a lease duration as spec.leaseDurationSeconds stores it:
+// whole seconds, rounded up so that a reader of that field never judges a
+// Lease expired before its holder does.
+func leaseSeconds(d time.Duration) int32 {
+	return int32((d + time.Second - 1) / time.Second)
 }
 
 // LeaseName is the Lease that elects the one writer for an AddonInstance:
