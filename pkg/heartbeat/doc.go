@@ -28,7 +28,7 @@
 // on it (PeriodAnnotation); standbys only read it, at a pace set by that
 // period, and take it over once it has not changed for its lease duration,
 // judged by their own clock. The timings (see Timings) keep the gap a killed
-// leader leaves under 2.5 x period, inside the operator's 3 x period timeout,
+// leader leaves under 2 x period, inside the operator's 3 x period timeout,
 // and follow a period change with the next renewal. A leader that cannot
 // renew within its renew deadline, or finds another holder, stops writing at
 // once. A Reporter that stops releases the Lease, so a standby takes over

@@ -66,7 +66,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 			period = r.probePeriod(ctx)
 			continue
 		}
-		r.sleep(ctx, checkInterval(r.lock.period(period)))
+		r.sleep(ctx, r.lock.wait(period))
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil

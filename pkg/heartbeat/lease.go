@@ -215,6 +215,24 @@ func (l *leaseLock) release(ctx context.Context) error {
 	return fmt.Errorf("releasing Lease %s: still conflicting after 3 attempts", l.key)
 }
 
+// wait is how long a standby waits before it looks at the Lease again: one
+// check interval, or until the holder's term runs out when that is sooner,
+// so that a Lease left to expire is taken as it expires rather than up to a
+// check interval later. While the holder renews, the term never runs out
+// before the next regular check sees the renewal, so this adds no reads.
+func (l *leaseLock) wait(fallback time.Duration) time.Duration {
+	d := checkInterval(l.period(fallback))
+	if l.lease == nil {
+		return d
+	}
+	now := l.clock.Now()
+	if !l.heldByOther(now) {
+		return d
+	}
+	// A millisecond past the end, so that the next look finds it over.
+	return min(d, l.observedAt.Add(l.duration()).Sub(now)+time.Millisecond)
+}
+
 // checkInterval is how long a standby waits between two reads of the Lease:
 // the retry period for the period the holder announced, less up to 10% so
 // that standbys started together drift apart (never more, which would

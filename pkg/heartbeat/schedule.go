@@ -108,10 +108,9 @@ type LeaseTimings struct {
 //   - retry period (a standby's read of the Lease) P/2.
 //
 // A leader killed without releasing its Lease last renewed it together with
-// its last heartbeat. A standby sees that renewal within one retry period,
-// waits one lease duration from then, and finds the Lease expired within
-// one more retry period: the gap is at most 2.5P plus the new leader's first
-// write, under the operator's 3P. A leader that stops cleanly releases the
+// its last heartbeat. A standby sees that renewal within one retry period and
+// looks again when one lease duration from then has passed: the gap is at
+// most 2P plus the new leader's first write, under the operator's 3P. A leader that stops cleanly releases the
 // Lease and a standby takes over within one retry period.
 //
 // The Lease's spec.leaseDurationSeconds holds the lease duration rounded up

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 func TestPeriod(t *testing.T) {
@@ -118,13 +121,13 @@ func TestTimingsReplaceAKilledLeaderWithinThreePeriods(t *testing.T) {
 				t.Errorf("retry period %s for lease %s", tm.RetryPeriod, tm.LeaseDuration)
 			}
 			// Worst case after SIGKILL (the last renewal went with the last
-			// heartbeat): a retry period to see it, the lease duration, a
-			// retry period to find it expired. The operator's limit is 3P;
-			// half a period is left for the new leader's start and first
+			// heartbeat): a retry period to see it, then the lease duration
+			// (the standby looks again as it ends). The operator's limit is
+			// 3P; a period is left for the new leader's start and first
 			// write.
-			gap := tm.RetryPeriod + tm.LeaseDuration + tm.RetryPeriod
-			if gap > p*5/2 {
-				t.Errorf("worst-case gap %s > 2.5 x period %s", gap, p)
+			gap := tm.RetryPeriod + tm.LeaseDuration
+			if gap > 2*p {
+				t.Errorf("worst-case gap %s > 2 x period %s", gap, p)
 			}
 		})
 	}
@@ -179,6 +182,37 @@ func TestLeaseName(t *testing.T) {
 			}
 			if got == LeaseName(tt.instance+"x") {
 				t.Errorf("different instances share Lease %q", got)
+			}
+		})
+	}
+}
+
+func TestAStandbyLooksAgainWhenTheHoldersTermEnds(t *testing.T) {
+	const period = 2 * time.Second // lease 3s, checks every 0.9-1s
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lease := func(holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{PeriodAnnotation: period.String()}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](3)},
+		}
+	}
+	tests := map[string]struct {
+		holder   string
+		observed time.Duration // how long ago the record last changed
+		lo, hi   time.Duration
+	}{
+		"renewed just now: a regular check":     {holder: "other", observed: 0, lo: 900 * time.Millisecond, hi: time.Second},
+		"term ends before the next check":       {holder: "other", observed: 2800 * time.Millisecond, lo: 201 * time.Millisecond, hi: 201 * time.Millisecond},
+		"term already over: a regular check":    {holder: "other", observed: 5 * time.Second, lo: 900 * time.Millisecond, hi: time.Second},
+		"released (no holder): a regular check": {holder: "", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
+		"this process's own: a regular check":   {holder: "me", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			l := &leaseLock{identity: "me", clock: clocktesting.NewFakePassiveClock(now),
+				lease: lease(tt.holder), observedAt: now.Add(-tt.observed)}
+			if got := l.wait(time.Minute); got < tt.lo || got > tt.hi {
+				t.Errorf("wait = %s, want in [%s, %s]", got, tt.lo, tt.hi)
 			}
 		})
 	}
