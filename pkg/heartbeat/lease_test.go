@@ -97,18 +97,22 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing
 	})
 
 	lb, sb, sentBefore, since := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal), time.Now()
+	retriedBefore := leader.metric(t, conflicts)
 	n := len(rec.snapshot())
 	rec.waitBeats(t, n+8, 20*time.Second)
 	la, sa, sent, elapsed := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal)-sentBefore, time.Since(since)
 	ld, sd := diff(lb, la), diff(sb, sa)
+	retried := leader.metric(t, conflicts) - retriedBefore
 	t.Logf("over %s (%v heartbeats): leader %v; standby %v", elapsed.Round(time.Millisecond), sent, ld, sd)
 
 	// The leader: per heartbeat one status write and one Lease renewal,
 	// and nothing else (the watches were opened before the window).
 	// Renewal and write share a tick, so the window's edges can split a
 	// pair.
-	if got := ld["update addoninstances/status"]; float64(got) != sent {
-		t.Errorf("leader: %d status writes for %v heartbeats", got, sent)
+	// (A write that met a conflict was sent again: rare here, with no
+	// other writer, but possible when the cache lags on a loaded machine.)
+	if got := ld["update addoninstances/status"]; float64(got) != sent+retried {
+		t.Errorf("leader: %d status writes for %v heartbeats and %v conflicts retried", got, sent, retried)
 	}
 	if got := ld["update leases"]; float64(got) < sent-1 || float64(got) > sent+1 {
 		t.Errorf("leader: %d Lease writes for %v heartbeats, want one each", got, sent)
@@ -117,9 +121,10 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing
 		t.Errorf("leader: %d other kinds of request: %v", extra, ld)
 	}
 	// The standby: only reads of the Lease, one per retry period (less
-	// up to 10% jitter).
+	// up to 10% jitter), never more; fewer when each read is slow on a
+	// loaded machine, since the wait starts after the read.
 	retry := Timings(period).RetryPeriod
-	lo, hi := int(elapsed/retry)-1, int(elapsed/(retry*9/10))+1
+	lo, hi := int(elapsed/(2*retry)), int(elapsed/(retry*9/10))+1
 	if got := sd["get leases"]; got < lo || got > hi || len(sd) != 1 {
 		t.Errorf("standby: %v, want only %d-%d Lease reads", sd, lo, hi)
 	}
