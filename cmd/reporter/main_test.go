@@ -24,7 +24,6 @@ import (
 	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -140,29 +139,22 @@ func TestBadConfigurationExitsWithCode2AndOneLine(t *testing.T) {
 // reporter's Role, against a real API server.
 func TestInjectedReporterProcess(t *testing.T) {
 	ctx := t.Context()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "addon-"}}
-	if err := k8s.Create(ctx, ns); err != nil {
+	ns, err := testenv.CreateAddon(ctx, k8s, "addon-instance", time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	ai := &addonsv1alpha1.AddonInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "addon-instance"},
-		Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: time.Second}},
-	}
-	if err := k8s.Create(ctx, ai); err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "reporter"}, Rules: heartbeat.PolicyRules("addon-instance")}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reporter"}, Rules: heartbeat.PolicyRules("addon-instance")}
 	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "reporter"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reporter"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "reporter"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "reporter-" + ns.Name}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "reporter-" + ns}},
 	}
 	for _, o := range []client.Object{role, binding} {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	user, err := env.AddUser(envtest.User{Name: "reporter-" + ns.Name}, nil)
+	user, err := env.AddUser(envtest.User{Name: "reporter-" + ns}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +175,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
 		"--kubeconfig="+kcFile)
-	cmd.Env = []string{"ADDON_TARGET_NAMESPACE=" + ns.Name, "POD_NAME=addon-7d9f-x2", "POD_NAMESPACE=" + ns.Name}
+	cmd.Env = []string{"ADDON_TARGET_NAMESPACE=" + ns, "POD_NAME=addon-7d9f-x2", "POD_NAMESPACE=" + ns}
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -206,7 +198,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 	var first time.Time
 	poll(t, 15*time.Second, "heartbeats", func() bool {
 		cur := &addonsv1alpha1.AddonInstance{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ai), cur); err != nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "addon-instance"}, cur); err != nil {
 			return false
 		}
 		if first.IsZero() {
@@ -255,7 +247,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 		t.Fatal("no exit within 10s of SIGTERM")
 	}
 	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: heartbeat.LeaseName("addon-instance")}, lease); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {

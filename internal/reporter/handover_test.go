@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,15 +71,8 @@ func TestProbesAnswerUntilTheLeaseIsReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "addon-"}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	ai := &addonsv1alpha1.AddonInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "addon-instance"},
-		Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: time.Second}},
-	}
-	if err := k8s.Create(ctx, ai); err != nil {
+	ns, err := testenv.CreateAddon(ctx, k8s, "addon-instance", time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -94,7 +84,7 @@ func TestProbesAnswerUntilTheLeaseIsReleased(t *testing.T) {
 	t.Cleanup(openGate)
 
 	cfg := testConfig("127.0.0.1:0", "127.0.0.1:0")
-	cfg.Namespace, cfg.LeaderElectionNamespace = ns.Name, ns.Name
+	cfg.Namespace, cfg.LeaderElectionNamespace = ns, ns
 	rec, log := newLogRecorder()
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -104,7 +94,7 @@ func TestProbesAnswerUntilTheLeaseIsReleased(t *testing.T) {
 	metrics := servedAddress(t, rec, "metrics")
 
 	lease := &coordinationv1.Lease{}
-	leaseKey := client.ObjectKey{Namespace: ns.Name, Name: heartbeat.LeaseName("addon-instance")}
+	leaseKey := client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}
 	await(t, 30*time.Second, "the reporter leading", func() bool {
 		err := k8s.Get(ctx, leaseKey, lease)
 		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == cfg.Identity

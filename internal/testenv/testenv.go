@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -139,4 +144,22 @@ func Start(opts Options) (*envtest.Environment, error) {
 		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err), env.Stop())
 	}
 	return env, nil
+}
+
+// CreateAddon creates what the addon-operator gives an addon: a namespace
+// (a generated name, "addon-...") holding an AddonInstance named instance
+// that asks for a heartbeat every period. It returns the namespace.
+func CreateAddon(ctx context.Context, c client.Client, instance string, period time.Duration) (string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "addon-"}}
+	if err := c.Create(ctx, ns); err != nil {
+		return "", fmt.Errorf("creating the addon's namespace: %w", err)
+	}
+	ai := &addonsv1alpha1.AddonInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: instance},
+		Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: period}},
+	}
+	if err := c.Create(ctx, ai); err != nil {
+		return "", fmt.Errorf("creating AddonInstance %s/%s: %w", ns.Name, instance, err)
+	}
+	return ns.Name, nil
 }
