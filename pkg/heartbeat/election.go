@@ -59,7 +59,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 			r.lead(ctx, r.lock)
 			if ctx.Err() != nil {
 				r.releaseLease(log)
-				break
+				continue // ctx is done: the loop ends
 			}
 			// The term ended with ctx still running: the Lease was lost.
 			// Pace the next attempts by what this process knows now.
@@ -293,10 +293,8 @@ func (t *term) beat(ctx context.Context) beatResult {
 	period := r.period()
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
 	defer cancel()
-	if t.lock != nil {
-		if res, ok := t.renew(ctx, period); !ok {
-			return res
-		}
+	if t.lock != nil && !t.renew(ctx, period) {
+		return beatFailed
 	}
 	if ai == nil {
 		if !r.waiting {
@@ -342,18 +340,18 @@ func (t *term) beat(ctx context.Context) beatResult {
 	return beatFailed
 }
 
-// renew extends the hold before a heartbeat; ok is false when the heartbeat
-// must not be written, with the result to report.
-func (t *term) renew(ctx context.Context, period time.Duration) (beatResult, bool) {
+// renew extends the hold before a heartbeat. False means the heartbeat must
+// not be written.
+func (t *term) renew(ctx context.Context, period time.Duration) bool {
 	r := t.r
 	err := t.lock.renew(ctx, period)
 	switch {
 	case err == nil:
 		t.deadline.Store(t.lock.validUntil.UnixNano())
-		return beatWritten, true
+		return true
 	case errors.Is(err, errLeaseLost):
 		t.lost("another replica holds it")
-		return beatFailed, false
+		return false
 	}
 	reason := failureReason(err)
 	r.metrics.failed.WithLabelValues(reason).Inc()
@@ -362,7 +360,7 @@ func (t *term) renew(ctx context.Context, period time.Duration) (beatResult, boo
 	if !r.clock.Now().Before(t.lock.validUntil) {
 		t.lost("could not renew the Lease in time")
 	}
-	return beatFailed, false
+	return false
 }
 
 // components evaluates every health source, sorted by name; nil when there
