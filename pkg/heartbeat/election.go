@@ -290,7 +290,10 @@ func (t *term) observe() target {
 func (t *term) beat(ctx context.Context) beatResult {
 	r := t.r
 	ai := t.current()
-	period := r.period()
+	period := r.period() // the last one seen, while there is no AddonInstance
+	if ai != nil {
+		period = Period(ai)
+	}
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
 	defer cancel()
 	if t.lock != nil && !t.renew(ctx, period) {
