@@ -25,14 +25,14 @@
 // Leader election: the Lease lives in the AddonInstance's namespace and its
 // holder is the pod name. The leader renews it in the same tick as each
 // heartbeat, so it writes the Lease once per period, and announces the period
-// on it (PeriodAnnotation); standbys only read it, at a pace set by that
-// period, and take it over once it has not changed for its lease duration,
+// on it (PeriodAnnotation); standbys watch it (one event per renewal, no
+// reads) and take it over once it has not changed for its lease duration,
 // judged by their own clock. The timings (see Timings) keep the gap a killed
 // leader leaves under 2 x period, inside the operator's 3 x period timeout,
 // and follow a period change with the next renewal. A leader that cannot
 // renew within its renew deadline, or finds another holder, stops writing at
-// once. A Reporter that stops releases the Lease, so a standby takes over
-// within one retry period.
+// once. A Reporter that stops releases the Lease, and a standby takes it as
+// the watch brings the release.
 // NeedLeaderElection is false: the election is per AddonInstance and spans
 // every Deployment that reports into it, which a manager's own election does
 // not. With Options.DisableLeaderElection the manager's election gates the

@@ -13,7 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -44,32 +46,137 @@ func (r *Reporter) Start(ctx context.Context) error {
 	log := r.log.WithValues("lease", r.lock.key.String())
 	log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
 	for ctx.Err() == nil {
-		held, err := r.lock.tryAcquire(ctx, period)
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				r.metrics.elections.WithLabelValues(electionError).Inc()
-				r.limiter.logError(log, err, "leader election failed")
-			}
-		case !held:
-			r.metrics.elections.WithLabelValues(electionHeld).Inc()
-		default:
-			r.metrics.elections.WithLabelValues(electionAcquired).Inc()
-			log.Info("acquired the Lease", "identity", r.opts.Identity)
-			r.lead(ctx, r.lock)
-			if ctx.Err() != nil {
-				r.releaseLease(log)
-				continue // ctx is done: the loop ends
-			}
-			// The term ended with ctx still running: the Lease was lost.
-			// Pace the next attempts by what this process knows now.
-			period = r.probePeriod(ctx)
-			continue
+		if !r.campaign(ctx, period, log) {
+			continue // ctx is done: the loop ends
 		}
-		r.sleep(ctx, r.lock.wait(period))
+		log.Info("acquired the Lease", "identity", r.opts.Identity)
+		r.lead(ctx, r.lock)
+		if ctx.Err() != nil {
+			r.releaseLease(log)
+			continue // ctx is done: the loop ends
+		}
+		// The term ended with ctx still running: the Lease was lost.
+		// Pace the next attempts by what this process knows now.
+		period = r.probePeriod(ctx)
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil
+}
+
+// campaign is one stretch as a standby: it takes the Lease when it is free,
+// released or expired, and returns true once this process holds it (false
+// when ctx ends). It reads the Lease once and then watches it from that
+// version: each renewal comes as an event, so a standby reads nothing while
+// the leader renews, sees a release at once and judges expiry from the
+// moment of the last renewal. The watch is closed while this process leads.
+// Errors (the read or the watch failing) count as failed election attempts
+// and are retried at the election's own pace, not a reflector's back-off, so
+// a standby is back within a retry period of the API server.
+func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.Logger) bool {
+	var w watch.Interface
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
+	read := true // read the Lease before (re)opening the watch
+	var opened time.Time
+	for ctx.Err() == nil {
+		var err error
+		if w == nil {
+			w, err = r.watchLease(ctx, read)
+			opened = r.clock.Now()
+		}
+		held := false
+		if err == nil {
+			held, err = r.lock.acquire(ctx, period)
+		}
+		wait := r.lock.wait(period)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return false
+			}
+			r.metrics.elections.WithLabelValues(electionError).Inc()
+			r.limiter.logError(log, err, "leader election failed")
+			wait = checkInterval(r.lock.period(period))
+		case held:
+			r.metrics.elections.WithLabelValues(electionAcquired).Inc()
+			return true
+		default:
+			r.metrics.elections.WithLabelValues(electionHeld).Inc()
+		}
+		if open, ok := awaitLease(ctx, w, r.lock, r.clock.After(wait)); !open {
+			if w != nil {
+				w.Stop()
+			}
+			// A watch the API server closed resumes from the last
+			// version seen; one that failed starts again from a read.
+			// One that ends as soon as it opens is not reopened at once.
+			if w != nil && r.clock.Since(opened) < Timings(period).RetryPeriod {
+				r.sleep(ctx, checkInterval(r.lock.period(period)))
+			}
+			w, read = nil, !ok
+		}
+	}
+	return false
+}
+
+// watchLease opens a watch on the Lease from the last version the lock has
+// seen, after reading the Lease into the lock when read is set.
+func (r *Reporter) watchLease(ctx context.Context, read bool) (watch.Interface, error) {
+	if read {
+		if err := r.lock.refresh(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rv := ""
+	if r.lock.lease != nil {
+		rv = r.lock.lease.ResourceVersion
+	}
+	w, err := r.kube.watchLease(ctx, r.lock.key, rv)
+	if err != nil {
+		return nil, fmt.Errorf("watching Lease %s: %w", r.lock.key, err)
+	}
+	return w, nil
+}
+
+// awaitLease waits for the watch's next event and records it in lock, or
+// for timeout or ctx. open is false when the watch has ended (or there is
+// none), and ok then says whether it ended cleanly (closed by the API
+// server) rather than on an error.
+func awaitLease(ctx context.Context, w watch.Interface, lock *leaseLock, timeout <-chan time.Time) (open, ok bool) {
+	if w == nil {
+		select {
+		case <-ctx.Done():
+		case <-timeout:
+		}
+		return false, false
+	}
+	select {
+	case <-ctx.Done():
+		return true, true
+	case <-timeout:
+		return true, true
+	case ev, more := <-w.ResultChan():
+		if !more {
+			return false, true
+		}
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			if lease, isLease := ev.Object.(*coordinationv1.Lease); isLease {
+				lock.observe(lease, lock.clock.Now())
+			}
+			return true, true
+		case watch.Deleted:
+			lock.observe(nil, lock.clock.Now())
+			return true, true
+		case watch.Bookmark:
+			return true, true
+		default: // watch.Error: the version is too old, or a server error
+			return false, false
+		}
+	}
 }
 
 // releaseLease hands the Lease back after the last heartbeat of a term, so

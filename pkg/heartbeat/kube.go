@@ -3,7 +3,9 @@ package heartbeat
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 )
@@ -115,6 +118,26 @@ func (k *kube) instanceInformer(key types.NamespacedName) toolscache.SharedIndex
 	return toolscache.NewSharedIndexInformerWithOptions(lw, &addonsv1alpha1.AddonInstance{},
 		toolscache.SharedIndexInformerOptions{ObjectDescription: "AddonInstance " + key.String()})
 }
+
+// watchLease watches the one election Lease from resourceVersion (a field
+// selector on its name, so that RBAC can restrict the watch with
+// resourceNames). The API server ends it after 5 to 10 minutes, as it does
+// an informer's, so that load spreads over its replicas.
+func (k *kube) watchLease(ctx context.Context, key types.NamespacedName, resourceVersion string) (watch.Interface, error) {
+	timeout := int64((leaseWatchTimeout + rand.N(leaseWatchTimeout)) / time.Second)
+	return k.leases.Get().Namespace(key.Namespace).Resource("leases").
+		VersionedParams(&metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", key.Name).String(),
+			ResourceVersion: resourceVersion,
+			TimeoutSeconds:  &timeout,
+			Watch:           true,
+		}, metav1.ParameterCodec).
+		Watch(ctx)
+}
+
+// leaseWatchTimeout is the shortest time a standby's watch on the Lease
+// stays open (client-go's reflectors use the same).
+const leaseWatchTimeout = 5 * time.Minute
 
 // deploymentInformer watches the Deployments of namespace, trimmed to what
 // health reads before they are stored.

@@ -27,7 +27,8 @@ var errLeaseLost = errors.New("the Lease has another holder")
 // leaseLock is this process's side of the election Lease, in the style of
 // client-go's leader election but paced by the heartbeat: the leader renews
 // the Lease in the same tick as each heartbeat (one Lease write per period,
-// not one per retry period), and standbys only read it.
+// not one per retry period), and standbys watch it (one event per renewal,
+// no reads).
 //
 // Expiry is judged as client-go does, by the local time at which this
 // process last saw the holder's record change, never by comparing clocks
@@ -48,9 +49,9 @@ type leaseLock struct {
 	validUntil time.Time
 }
 
-// observe records a version of the Lease read at now.
+// observe records a version of the Lease seen at now (nil: there is none).
 func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) {
-	if l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) {
+	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) {
 		l.observedAt = now
 	}
 	l.lease = lease
@@ -105,43 +106,53 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 	lease.Annotations[PeriodAnnotation] = period.String()
 }
 
-// tryAcquire reads the Lease once and takes it when it is free, expired or
-// already this process's. It reports whether this process now holds it; an
-// error is one of the API server's.
-func (l *leaseLock) tryAcquire(ctx context.Context, period time.Duration) (bool, error) {
+// acquire takes the Lease when the last version seen (nil: there is none)
+// is free, expired or already this process's, and reports whether this
+// process now holds it. When the write meets another (a replica was faster,
+// or the version seen was stale because a watch lags), it reads the Lease
+// once, so that the next judgement is on the current version. An error is
+// one of the API server's.
+func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, error) {
 	now := l.clock.Now()
-	lease, err := l.kube.getLease(ctx, l.key)
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
-		l.record(lease, period, now)
-		created, err := l.kube.createLease(ctx, lease)
-		if apierrors.IsAlreadyExists(err) {
-			return false, nil // another replica was faster; the next check sees it
-		}
-		if err != nil {
-			return false, fmt.Errorf("creating Lease %s: %w", l.key, err)
-		}
-		l.took(created, period, now)
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading Lease %s: %w", l.key, err)
-	}
-	l.observe(lease, now)
-	if l.heldByOther(now) {
+	if l.lease != nil && l.heldByOther(now) {
 		return false, nil
 	}
-	next := lease.DeepCopy()
-	l.record(next, period, now)
-	updated, err := l.kube.updateLease(ctx, next)
-	if apierrors.IsConflict(err) {
-		return false, nil // taken or renewed meanwhile; the next check sees it
+	var (
+		taken *coordinationv1.Lease
+		err   error
+	)
+	if l.lease == nil {
+		lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
+		l.record(lease, period, now)
+		taken, err = l.kube.createLease(ctx, lease)
+	} else {
+		next := l.lease.DeepCopy()
+		l.record(next, period, now)
+		taken, err = l.kube.updateLease(ctx, next)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+		l.took(taken, period, now)
+		return true, nil
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return false, l.refresh(ctx)
+	default:
 		return false, fmt.Errorf("taking Lease %s: %w", l.key, err)
 	}
-	l.took(updated, period, now)
-	return true, nil
+}
+
+// refresh reads the Lease into the lock.
+func (l *leaseLock) refresh(ctx context.Context) error {
+	lease, err := l.kube.getLease(ctx, l.key)
+	if apierrors.IsNotFound(err) {
+		l.observe(nil, l.clock.Now())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Lease %s: %w", l.key, err)
+	}
+	l.observe(lease, l.clock.Now())
+	return nil
 }
 
 // took records a successful write of this process's hold, sent at sent.
@@ -215,28 +226,21 @@ func (l *leaseLock) release(ctx context.Context) error {
 	return fmt.Errorf("releasing Lease %s: still conflicting after 3 attempts", l.key)
 }
 
-// wait is how long a standby waits before it looks at the Lease again: one
-// check interval, or until the holder's term runs out when that is sooner,
-// so that a Lease left to expire is taken as it expires rather than up to a
-// check interval later. While the holder renews, the term never runs out
-// before the next regular check sees the renewal, so this adds no reads.
+// wait is how long a standby waits for news of the Lease before it tries
+// again: until the holder's term runs out (a millisecond past it, so that
+// the next look finds it over), or one check interval after a try that
+// failed. News (the watch's next event) ends the wait sooner.
 func (l *leaseLock) wait(fallback time.Duration) time.Duration {
-	d := checkInterval(l.period(fallback))
-	if l.lease == nil {
-		return d
-	}
 	now := l.clock.Now()
-	if !l.heldByOther(now) {
-		return d
+	if l.lease != nil && l.heldByOther(now) {
+		return l.observedAt.Add(l.duration()).Sub(now) + time.Millisecond
 	}
-	// A millisecond past the end, so that the next look finds it over.
-	return min(d, l.observedAt.Add(l.duration()).Sub(now)+time.Millisecond)
+	return checkInterval(l.period(fallback))
 }
 
-// checkInterval is how long a standby waits between two reads of the Lease:
-// the retry period for the period the holder announced, less up to 10% so
-// that standbys started together drift apart (never more, which would
-// stretch the takeover bound).
+// checkInterval is how long a standby waits to try again after a try that
+// failed: the retry period for the period the holder announced, less up to
+// 10% so that standbys started together drift apart.
 func checkInterval(period time.Duration) time.Duration {
 	r := Timings(period).RetryPeriod
 	return r - time.Duration(rand.Int64N(int64(r)/10+1))

@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,7 +10,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -83,7 +86,7 @@ func diff(before, after map[string]int) map[string]int {
 	return out
 }
 
-func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing.T) {
+func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testing.T) {
 	const period = time.Second
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", period)
@@ -97,12 +100,13 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing
 	})
 
 	lb, sb, sentBefore, since := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal), time.Now()
-	retriedBefore := leader.metric(t, conflicts)
+	retriedBefore, looksBefore := leader.metric(t, conflicts), standby.metric(t, electionAttempts, "result", electionHeld)
 	n := len(rec.snapshot())
 	rec.waitBeats(t, n+8, 20*time.Second)
 	la, sa, sent, elapsed := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal)-sentBefore, time.Since(since)
 	ld, sd := diff(lb, la), diff(sb, sa)
 	retried := leader.metric(t, conflicts) - retriedBefore
+	looks := standby.metric(t, electionAttempts, "result", electionHeld) - looksBefore
 	t.Logf("over %s (%v heartbeats): leader %v; standby %v", elapsed.Round(time.Millisecond), sent, ld, sd)
 
 	// The leader: per heartbeat one status write and one Lease renewal,
@@ -120,13 +124,14 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyReadIt(t *testing
 	if extra := len(ld) - 2; extra > 0 {
 		t.Errorf("leader: %d other kinds of request: %v", extra, ld)
 	}
-	// The standby: only reads of the Lease, one per retry period (less
-	// up to 10% jitter), never more; fewer when each read is slow on a
-	// loaded machine, since the wait starts after the read.
-	retry := Timings(period).RetryPeriod
-	lo, hi := int(elapsed/(2*retry)), int(elapsed/(retry*9/10))+1
-	if got := sd["get leases"]; got < lo || got > hi || len(sd) != 1 {
-		t.Errorf("standby: %v, want only %d-%d Lease reads", sd, lo, hi)
+	// The standby: no request at all (its watch on the Lease was opened
+	// before the window), yet it looked at the Lease once per renewal:
+	// the watch brought each one.
+	if len(sd) != 0 {
+		t.Errorf("standby: %v, want no request while the leader renews", sd)
+	}
+	if looks < sent-2 || looks > sent+2 {
+		t.Errorf("standby: %v looks at the held Lease for %v renewals, want one per renewal", looks, sent)
 	}
 	if standby.metric(t, sentTotal) != 0 || standby.IsLeader() {
 		t.Errorf("the standby wrote %v heartbeats", standby.metric(t, sentTotal))
@@ -175,11 +180,22 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	eventually(t, 3*period, "the leader giving up", func() (bool, error) { return !rn.IsLeader(), nil })
 	t.Logf("stopped leading %s after the Lease was taken", time.Since(taken).Round(time.Millisecond))
 	sent := rn.metric(t, sentTotal)
-	// Several looks at the Lease later it still writes nothing and does
-	// not take the Lease back while the intruder's hold runs.
-	eventually(t, 10*time.Second, "three looks at the held Lease", func() (bool, error) {
-		return rn.metric(t, electionAttempts, "result", electionHeld) >= 3, nil
-	})
+	// It now watches the Lease as a standby: each renewal by the intruder
+	// is a look, and none makes it take the Lease back while the
+	// intruder's hold runs.
+	looks := rn.metric(t, electionAttempts, "result", electionHeld)
+	for i := range 3 {
+		if err := k8s.Get(t.Context(), key, lease); err != nil {
+			t.Fatal(err)
+		}
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		if err := k8s.Update(t.Context(), lease); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "a look at the renewed Lease", func() (bool, error) {
+			return rn.metric(t, electionAttempts, "result", electionHeld) >= looks+float64(i)+1, nil
+		})
+	}
 	if got := rn.metric(t, sentTotal); got != sent {
 		t.Errorf("%v heartbeats written after the Lease was taken", got-sent)
 	}
@@ -213,4 +229,98 @@ func TestRequestKind(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAStandbyWhoseViewIsStaleReadsTheLeaseOnceAndWaitsAgain(t *testing.T) {
+	const period = time.Second
+	ns := newNamespace(t)
+	var reqs requestCounter
+	cfg := reqs.counted(adminCfg)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := newKube(cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := leaseKey(ns, "addon-instance")
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	other := &leaseLock{kube: k, key: key, identity: "other", clock: clk}
+	me := &leaseLock{kube: k, key: key, identity: "me", clock: clk}
+	if held, err := other.acquire(t.Context(), period); !held || err != nil {
+		t.Fatalf("first acquire: held=%v err=%v", held, err)
+	}
+	// The standby saw that version; the renewal after it never reached it
+	// (a lagging watch), and by its clock the hold it saw has run out.
+	start := clk.Now()
+	me.observe(other.lease.DeepCopy(), start)
+	clk.SetTime(start.Add(period))
+	if err := other.renew(t.Context(), period); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(start.Add(Timings(period).LeaseDuration))
+
+	before := reqs.snapshot()
+	held, err := me.acquire(t.Context(), period)
+	if held || err != nil {
+		t.Fatalf("acquire on a stale view: held=%v err=%v, want a clean refusal", held, err)
+	}
+	if got, want := diff(before, reqs.snapshot()), map[string]int{"update leases": 1, "get leases": 1}; !maps.Equal(got, want) {
+		t.Errorf("requests %v, want %v: one write that conflicts, one read", got, want)
+	}
+	if me.lease.ResourceVersion != other.lease.ResourceVersion || !me.heldByOther(clk.Now()) {
+		t.Errorf("after the read the standby sees version %s (held by another: %v), want %s held",
+			me.lease.ResourceVersion, me.heldByOther(clk.Now()), other.lease.ResourceVersion)
+	}
+	// It waits out the whole term from the moment of that read.
+	if got, want := me.wait(period), Timings(period).LeaseDuration+time.Millisecond; got != want {
+		t.Errorf("wait %s after the read, want %s", got, want)
+	}
+}
+
+func TestAwaitLease(t *testing.T) {
+	now := time.Now()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l", ResourceVersion: "7"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
+	never := make(chan time.Time)
+	tests := map[string]struct {
+		send           func(w *watch.FakeWatcher)
+		open, ok       bool
+		wantRV, wantNo bool // the lock then has lease (wantRV) or none (wantNo)
+	}{
+		"a change is recorded":         {send: func(w *watch.FakeWatcher) { w.Modify(lease) }, open: true, ok: true, wantRV: true},
+		"a deletion is recorded":       {send: func(w *watch.FakeWatcher) { w.Delete(lease) }, open: true, ok: true, wantNo: true},
+		"closed by the server: resume": {send: func(w *watch.FakeWatcher) { w.Stop() }, open: false, ok: true},
+		"an error event: read again": {send: func(w *watch.FakeWatcher) {
+			w.Error(&metav1.Status{Code: http.StatusGone, Reason: metav1.StatusReasonExpired})
+		}, open: false, ok: false},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := watch.NewFakeWithChanSize(1, false)
+			tt.send(w)
+			lock := &leaseLock{identity: "me", clock: clocktesting.NewFakePassiveClock(now),
+				lease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "6"}}}
+			open, ok := awaitLease(t.Context(), w, lock, never)
+			if open != tt.open || ok != tt.ok {
+				t.Errorf("awaitLease = (open %v, ok %v), want (%v, %v)", open, ok, tt.open, tt.ok)
+			}
+			switch {
+			case tt.wantRV && (lock.lease == nil || lock.lease.ResourceVersion != "7"):
+				t.Errorf("the lock has %v, want version 7", lock.lease)
+			case tt.wantNo && lock.lease != nil:
+				t.Errorf("the lock has %v, want no Lease", lock.lease)
+			case !tt.wantRV && !tt.wantNo && lock.lease.ResourceVersion != "6":
+				t.Errorf("the lock changed to %v", lock.lease)
+			}
+		})
+	}
+	t.Run("no watch: waits for the retry", func(t *testing.T) {
+		timeout := make(chan time.Time, 1)
+		timeout <- now
+		if open, ok := awaitLease(t.Context(), nil, &leaseLock{}, timeout); open || ok {
+			t.Errorf("awaitLease without a watch = (%v, %v), want (false, false): open one from a read", open, ok)
+		}
+	})
 }

@@ -11,7 +11,8 @@ import (
 //   - get, list, watch that AddonInstance (list and watch carry a field
 //     selector on its name, so resourceNames applies to them too);
 //   - update its status (the heartbeat);
-//   - get and update the election Lease LeaseName(instance), and create
+//   - get, watch and update the election Lease LeaseName(instance)
+//     (standbys watch it, with a field selector on its name), and create
 //     Leases (create cannot be restricted by name);
 //   - list and watch Deployments (zero-code health; not needed in SDK mode
 //     without DeploymentHealth).
@@ -25,7 +26,7 @@ func PolicyRules(instance string) []rbacv1.PolicyRule {
 		{APIGroups: []string{group}, Resources: []string{"addoninstances/status"}, ResourceNames: []string{instance},
 			Verbs: []string{"update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName(instance)},
-			Verbs: []string{"get", "update"}},
+			Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
 	}

@@ -94,7 +94,9 @@ type LeaseTimings struct {
 	// successful renewal; shorter than LeaseDuration so that it has stopped
 	// writing before any standby may start.
 	RenewDeadline time.Duration
-	// RetryPeriod is how often a standby reads the Lease.
+	// RetryPeriod is how soon a standby tries again after a try that
+	// failed (an error, or another replica was faster) when no news of the
+	// Lease comes first.
 	RetryPeriod time.Duration
 }
 
@@ -105,13 +107,18 @@ type LeaseTimings struct {
 //   - lease duration 1.5P: half a period of slack for a renewal that is slow
 //     or must be retried;
 //   - renew deadline 1.25P (the lease duration less P/4);
-//   - retry period (a standby's read of the Lease) P/2.
+//   - retry period (after a failed try) P/2.
 //
 // A leader killed without releasing its Lease last renewed it together with
-// its last heartbeat. A standby sees that renewal within one retry period and
-// looks again when one lease duration from then has passed: the gap is at
-// most 2P plus the new leader's first write, under the operator's 3P. A leader that stops cleanly releases the
-// Lease and a standby takes over within one retry period.
+// its last heartbeat. Standbys watch the Lease, see that renewal as it
+// happens and take the Lease when one lease duration from then has passed:
+// the gap is 1.5P plus the watch's delay and the new leader's first write.
+// Should the watch lag so much that a standby misses renewals, its try meets
+// a conflict, it reads the Lease and waits again: the watch's delay only
+// delays a takeover, and the bound kept even for a watch that delivers the
+// renewal a retry period late is 2P, under the operator's 3P. A leader that
+// stops cleanly releases the Lease and a standby takes it as the watch
+// brings the release.
 //
 // The Lease's spec.leaseDurationSeconds holds the lease duration rounded up
 // to whole seconds, for other readers; replicas judge expiry by the exact

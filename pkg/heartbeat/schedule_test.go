@@ -116,15 +116,16 @@ func TestTimingsReplaceAKilledLeaderWithinThreePeriods(t *testing.T) {
 			if tm.RenewDeadline < p+p/4 || tm.RenewDeadline >= tm.LeaseDuration {
 				t.Errorf("renew deadline %s: want in [1.25 x period %s, lease %s)", tm.RenewDeadline, p+p/4, tm.LeaseDuration)
 			}
-			// ...and standbys must read the Lease at least twice per hold.
+			// ...and a standby whose try failed must try again at least
+			// twice per hold.
 			if tm.RetryPeriod > tm.LeaseDuration/2 || tm.RetryPeriod < MinPeriod/2 {
 				t.Errorf("retry period %s for lease %s", tm.RetryPeriod, tm.LeaseDuration)
 			}
-			// Worst case after SIGKILL (the last renewal went with the last
-			// heartbeat): a retry period to see it, then the lease duration
-			// (the standby looks again as it ends). The operator's limit is
-			// 3P; a period is left for the new leader's start and first
-			// write.
+			// After SIGKILL (the last renewal went with the last heartbeat)
+			// a standby's watch brings that renewal and it takes the Lease a
+			// lease duration later; allow the watch a retry period's delay.
+			// The operator's limit is 3P; a period is left for the new
+			// leader's start and first write.
 			gap := tm.RetryPeriod + tm.LeaseDuration
 			if gap > 2*p {
 				t.Errorf("worst-case gap %s > 2 x period %s", gap, p)
@@ -187,8 +188,8 @@ func TestLeaseName(t *testing.T) {
 	}
 }
 
-func TestAStandbyLooksAgainWhenTheHoldersTermEnds(t *testing.T) {
-	const period = 2 * time.Second // lease 3s, checks every 0.9-1s
+func TestAStandbyWaitsForTheEndOfTheHoldersTerm(t *testing.T) {
+	const period = 2 * time.Second // lease 3s, retries after 0.9-1s
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	lease := func(holder string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
@@ -201,11 +202,11 @@ func TestAStandbyLooksAgainWhenTheHoldersTermEnds(t *testing.T) {
 		observed time.Duration // how long ago the record last changed
 		lo, hi   time.Duration
 	}{
-		"renewed just now: a regular check":     {holder: "other", observed: 0, lo: 900 * time.Millisecond, hi: time.Second},
-		"term ends before the next check":       {holder: "other", observed: 2800 * time.Millisecond, lo: 201 * time.Millisecond, hi: 201 * time.Millisecond},
-		"term already over: a regular check":    {holder: "other", observed: 5 * time.Second, lo: 900 * time.Millisecond, hi: time.Second},
-		"released (no holder): a regular check": {holder: "", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
-		"this process's own: a regular check":   {holder: "me", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
+		"renewed just now: the whole term":          {holder: "other", observed: 0, lo: 3001 * time.Millisecond, hi: 3001 * time.Millisecond},
+		"renewed a while ago: the rest of the term": {holder: "other", observed: 2800 * time.Millisecond, lo: 201 * time.Millisecond, hi: 201 * time.Millisecond},
+		"term already over: a retry":                {holder: "other", observed: 5 * time.Second, lo: 900 * time.Millisecond, hi: time.Second},
+		"released (no holder): a retry":             {holder: "", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
+		"this process's own: a retry":               {holder: "me", observed: 2800 * time.Millisecond, lo: 900 * time.Millisecond, hi: time.Second},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
