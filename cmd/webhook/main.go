@@ -10,6 +10,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 )
@@ -26,6 +27,8 @@ func main() {
 	}
 	ctrl.SetLogger(log)
 	setup := log.WithName("setup")
+	gc := gctune.Apply()
+	setup.Info("garbage collector", "memoryLimitSource", gc.Source, "memoryLimit", gc.MemoryLimit, "gcPercent", gc.GCPercent)
 	if err := opts.Validate(); err != nil {
 		setup.Error(err, "invalid configuration")
 		os.Exit(2)

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 )
 
@@ -117,7 +118,7 @@ func (c *Cluster) InstallWebhook(ctx context.Context, bin string, o WebhookOptio
 		args = append(args, "--reporter-image="+o.ReporterImage)
 	}
 	w.args = args
-	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, nil, tee)
+	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, memoryLimitEnv(dep), tee)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +132,17 @@ func (c *Cluster) InstallWebhook(ctx context.Context, bin string, o WebhookOptio
 		return nil, err
 	}
 	return w, nil
+}
+
+// memoryLimitEnv gives the process the soft memory limit that the chart's
+// memory limit gives the container (see internal/gctune), which a process
+// outside a container does not get from its cgroup.
+func memoryLimitEnv(dep *appsv1.Deployment) []string {
+	limit := dep.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().Value()
+	if limit <= 0 {
+		return nil
+	}
+	return []string{"GOMEMLIMIT=" + strconv.FormatInt(gctune.SoftLimit(limit), 10)}
 }
 
 // localWebhookConfiguration is the chart's configuration with every webhook

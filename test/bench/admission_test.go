@@ -41,12 +41,13 @@ import (
 // containers, probes, env) for a fixed time, each sending its next review
 // as soon as the answer is in. Every latency is recorded.
 //
-// BENCH_ADMISSION_DURATION (10s) per variant, BENCH_ADMISSION_CLIENTS (8).
+// BENCH_ADMISSION_DURATION (10s) per variant and concurrency,
+// BENCH_ADMISSION_CLIENTS (4,8: each count of concurrent clients in turn).
 // The load generator runs in this process, on the same cores as the
 // webhook; its CPU per review is reported too.
 func BenchmarkAdmission(b *testing.B) {
 	duration := envDuration(b, "BENCH_ADMISSION_DURATION", 10*time.Second)
-	clients := envInt(b, "BENCH_ADMISSION_CLIENTS", 8)
+	concurrency := envInts(b, "BENCH_ADMISSION_CLIENTS", []int{4, 8})
 	e := startEnv(b, "")
 	t := webhookTarget(b, e)
 	for _, v := range []struct {
@@ -59,38 +60,40 @@ func BenchmarkAdmission(b *testing.B) {
 		// these; measured anyway.
 		{"not-opted-in", nil, false},
 	} {
-		b.Run(v.name, func(b *testing.B) {
-			body := addonReview(b, v.annots)
-			checkReview(b, t, body, v.wantPatch)
-			// Warm up: connections, TLS sessions, the heap.
-			runLoad(t, body, clients, time.Second)
-			cpu0, err := cpuTime(e.webhook.Pid())
-			if err != nil {
-				b.Fatal(err)
-			}
-			self0 := selfCPU()
-			res := runLoad(t, body, clients, duration)
-			cpu1, err := cpuTime(e.webhook.Pid())
-			if err != nil {
-				b.Fatal(err)
-			}
-			self1 := selfCPU()
-			if res.failures > 0 {
-				b.Fatalf("%d of %d reviews failed; first: %v", res.failures, len(res.latencies)+res.failures, res.firstErr)
-			}
-			n := len(res.latencies)
-			slices.Sort(res.latencies)
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(float64(n)/res.elapsed.Seconds(), "reviews/s")
-			b.ReportMetric(ms(percentile(res.latencies, 50)), "p50-ms")
-			b.ReportMetric(ms(percentile(res.latencies, 99)), "p99-ms")
-			b.ReportMetric(ms(percentile(res.latencies, 99.9)), "p99.9-ms")
-			b.ReportMetric(ms(res.latencies[n-1]), "max-ms")
-			b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(n), "webhook-cpu-us/review")
-			b.ReportMetric(float64(self1-self0)/float64(time.Microsecond)/float64(n), "loadgen-cpu-us/review")
-			b.ReportMetric(float64(len(body)), "review-bytes")
-			b.ReportMetric(float64(clients), "clients")
-		})
+		body := addonReview(b, v.annots)
+		checkReview(b, t, body, v.wantPatch)
+		for _, clients := range concurrency {
+			b.Run(fmt.Sprintf("%s/clients=%d", v.name, clients), func(b *testing.B) {
+				// Warm up: connections, TLS sessions, the heap.
+				runLoad(t, body, clients, time.Second)
+				cpu0, err := cpuTime(e.webhook.Pid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				self0 := selfCPU()
+				res := runLoad(t, body, clients, duration)
+				cpu1, err := cpuTime(e.webhook.Pid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				self1 := selfCPU()
+				if res.failures > 0 {
+					b.Fatalf("%d of %d reviews failed; first: %v", res.failures, len(res.latencies)+res.failures, res.firstErr)
+				}
+				n := len(res.latencies)
+				slices.Sort(res.latencies)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(float64(n)/res.elapsed.Seconds(), "reviews/s")
+				b.ReportMetric(ms(percentile(res.latencies, 50)), "p50-ms")
+				b.ReportMetric(ms(percentile(res.latencies, 99)), "p99-ms")
+				b.ReportMetric(ms(percentile(res.latencies, 99.9)), "p99.9-ms")
+				b.ReportMetric(ms(res.latencies[n-1]), "max-ms")
+				b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(n), "webhook-cpu-us/review")
+				b.ReportMetric(float64(self1-self0)/float64(time.Microsecond)/float64(n), "loadgen-cpu-us/review")
+				b.ReportMetric(float64(len(body)), "review-bytes")
+				b.ReportMetric(float64(clients), "clients")
+			})
+		}
 	}
 }
 

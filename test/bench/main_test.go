@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,24 @@ func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 }
 
 // envInt reads a count setting from the environment.
+// envInts reads a comma-separated list of positive integers.
+func envInts(b *testing.B, name string, def []int) []int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: expected positive integers separated by commas", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 func envInt(b *testing.B, name string, def int) int {
 	b.Helper()
 	v := os.Getenv(name)

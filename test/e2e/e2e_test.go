@@ -10,10 +10,12 @@ import (
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
@@ -288,5 +290,24 @@ func TestWebhookDown(t *testing.T) {
 	delete(plain.Annotations, "addon-heartbeat.io/inject")
 	if err := cluster.Client.Create(t.Context(), plain); err != nil {
 		t.Errorf("an unannotated Deployment was refused while the webhook was down: %v", err)
+	}
+}
+
+// The webhook runs its collector by the memory limit the chart gives its
+// container (internal/gctune): less often than Go's default, bounded by the
+// limit less a tenth. The harness hands the limit over as GOMEMLIMIT, as a
+// container's cgroup would (test/node checks the cgroup path).
+func TestWebhookCollectsGarbageByItsMemoryLimit(t *testing.T) {
+	chartLimit := resource.MustParse("256Mi") // the chart's default webhook.resources.limits.memory
+	gogc, err := webhook.Metric("go_gc_gogc_percent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memLimit, err := webhook.Metric("go_gc_gomemlimit_bytes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gogc != gctune.GCPercent || int64(memLimit) != gctune.SoftLimit(chartLimit.Value()) {
+		t.Errorf("GOGC %v, GOMEMLIMIT %v; want %d and %d", gogc, memLimit, gctune.GCPercent, gctune.SoftLimit(chartLimit.Value()))
 	}
 }

@@ -4,6 +4,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
@@ -244,6 +246,22 @@ func TestRealNode(t *testing.T) {
 		}
 		if injected < 2 {
 			t.Errorf("webhook pods counted %v injected reviews, want at least 2", injected)
+		}
+		// In its container the webhook found its memory limit in the cgroup
+		// and set the collector by it (internal/gctune).
+		for _, p := range webhookPods {
+			limit := p.Spec.Containers[0].Resources.Limits.Memory().Value()
+			url := "http://" + p.Status.PodIP + ":8080/metrics"
+			memLimit, err1 := metric(suiteCtx, url, "go_gc_gomemlimit_bytes")
+			gogc, err2 := metric(suiteCtx, url, "go_gc_gogc_percent")
+			if err := errors.Join(err1, err2); err != nil {
+				t.Errorf("webhook pod %s: %v", p.Name, err)
+				continue
+			}
+			if int64(memLimit) != gctune.SoftLimit(limit) || gogc != gctune.GCPercent {
+				t.Errorf("webhook pod %s: GOMEMLIMIT %v and GOGC %v for a memory limit of %d, want %d and %d",
+					p.Name, memLimit, gogc, limit, gctune.SoftLimit(limit), gctune.GCPercent)
+			}
 		}
 	})
 

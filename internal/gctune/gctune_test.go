@@ -1,0 +1,76 @@
+package gctune
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestDecide(t *testing.T) {
+	const mib = 1 << 20
+	tests := map[string]struct {
+		env   map[string]string
+		limit int64
+		want  Settings
+	}{
+		"container limit: 90% of it, GOGC 400": {limit: 256 * mib,
+			want: Settings{MemoryLimit: 256*mib - 256*mib/10, GCPercent: GCPercent, Source: "cgroup"}},
+		"no limit: defaults left alone": {want: Settings{Source: "none"}},
+		"GOMEMLIMIT set: the runtime's, GOGC 400": {env: map[string]string{"GOMEMLIMIT": "200MiB"}, limit: 256 * mib,
+			want: Settings{GCPercent: GCPercent, Source: "GOMEMLIMIT"}},
+		"GOMEMLIMIT off counts as unset": {env: map[string]string{"GOMEMLIMIT": "off"}, limit: 100 * mib,
+			want: Settings{MemoryLimit: 90 * mib, GCPercent: GCPercent, Source: "cgroup"}},
+		"GOGC set: kept": {env: map[string]string{"GOGC": "100"}, limit: 100 * mib,
+			want: Settings{MemoryLimit: 90 * mib, Source: "cgroup"}},
+		"GOGC set without a limit": {env: map[string]string{"GOGC": "50"}, want: Settings{Source: "none"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := Decide(func(k string) string { return tt.env[k] }, tt.limit); got != tt.want {
+				t.Errorf("Decide = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseLimit(t *testing.T) {
+	tests := map[string]struct {
+		content string
+		want    int64
+		err     bool
+	}{
+		"v2 bytes":     {content: "268435456\n", want: 268435456},
+		"v2 max":       {content: "max\n", want: 0},
+		"v1 unlimited": {content: "9223372036854771712\n", want: 0},
+		"garbage":      {content: "lots", err: true},
+		"empty":        {content: "", err: true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseLimit(tt.content)
+			if (err != nil) != tt.err || got != tt.want {
+				t.Errorf("ParseLimit(%q) = %d, %v; want %d, error %v", tt.content, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestCgroupLimitReadsTheFirstFileThatHasOne(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	missing := filepath.Join(dir, "missing")
+	bad := write("bad", "x")
+	v1 := write("v1", "134217728\n")
+	if got := cgroupLimit([]string{missing, bad, v1}); got != 134217728 {
+		t.Errorf("cgroupLimit = %d, want the v1 file's 134217728", got)
+	}
+	if got := cgroupLimit([]string{missing}); got != 0 {
+		t.Errorf("cgroupLimit with no file = %d, want 0", got)
+	}
+}
