@@ -112,7 +112,8 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest, obj *appsv1.Deployme
 			return badRequest("the object is not a valid apps/v1 Deployment: " + err.Error())
 		}
 	}
-	res, err := inject.Mutate(obj, h.Config)
+	// obj was decoded for this review alone: mutate it rather than a copy.
+	res, err := inject.MutateInPlace(obj, h.Config)
 	if err != nil {
 		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: err.Error()}}, OutcomeDenied

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 )
 
@@ -45,11 +47,26 @@ func inputFiles(t testing.TB) []string {
 	return files
 }
 
+// mustMutate is Mutate, checked against MutateInPlace of a copy of d: the
+// same action, patch and Deployment, and d itself left as it was.
 func mustMutate(t testing.TB, d *appsv1.Deployment, cfg Config) Result {
 	t.Helper()
+	orig, own := d.DeepCopy(), d.DeepCopy()
 	res, err := Mutate(d, cfg)
 	if err != nil {
 		t.Fatalf("Mutate: %v", err)
+	}
+	inPlace, err := MutateInPlace(own, cfg)
+	if err != nil {
+		t.Fatalf("MutateInPlace: %v", err)
+	}
+	if !equality.Semantic.DeepEqual(d, orig) {
+		t.Errorf("Mutate changed its input")
+	}
+	if inPlace.Action != res.Action || !reflect.DeepEqual(inPlace.Patch, res.Patch) ||
+		!equality.Semantic.DeepEqual(inPlace.Deployment, res.Deployment) {
+		t.Errorf("MutateInPlace gave %s and patch %v, Mutate %s and patch %v (or other Deployments)",
+			inPlace.Action, inPlace.Patch, res.Action, res.Patch)
 	}
 	return res
 }

@@ -65,6 +65,21 @@ const podSpecPath = "/spec/template/spec"
 // *annotations.Error; a container already named like the reporter (and not
 // injected by us) is refused.
 func Mutate(in *appsv1.Deployment, cfg Config) (Result, error) {
+	return mutate(in, cfg, in.DeepCopy)
+}
+
+// MutateInPlace is Mutate for a caller that owns in and needs it no more as
+// it was, such as an admission handler with the object it just decoded: in
+// itself becomes the result's Deployment, which saves copying the whole
+// Deployment (a twentieth of an admission's CPU for an 8 KB object). After
+// an error in may be partly changed.
+func MutateInPlace(in *appsv1.Deployment, cfg Config) (Result, error) {
+	return mutate(in, cfg, func() *appsv1.Deployment { return in })
+}
+
+// mutate is Mutate, changing the Deployment that working returns (a copy of
+// in, or in itself).
+func mutate(in *appsv1.Deployment, cfg Config, working func() *appsv1.Deployment) (Result, error) {
 	settings, err := annotations.Parse(in.Annotations)
 	if err != nil {
 		return Result{}, err
@@ -76,7 +91,7 @@ func Mutate(in *appsv1.Deployment, cfg Config) (Result, error) {
 	if !settings.Inject && prev == nil {
 		return Result{Deployment: in, Action: Unchanged}, nil
 	}
-	m := &mutation{d: in.DeepCopy()}
+	m := &mutation{d: working()}
 	action := Removed
 	if settings.Inject {
 		if err := m.inject(settings, cfg, prev); err != nil {
