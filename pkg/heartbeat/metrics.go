@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	}, instanceLabels)
 	elections := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "addon_heartbeat_election_attempts_total",
-		Help: "Attempts to take the election Lease by a standby, by result (acquired, held_by_other, error).",
+		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, error).",
 	}, append(instanceLabels, "result"))
 
 	var err error
