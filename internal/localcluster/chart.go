@@ -30,6 +30,7 @@ type Webhook struct {
 	*Process
 	bin        string
 	args       []string
+	env        []string
 	Port       int
 	HealthPort int
 	MetricsURL string
@@ -117,8 +118,8 @@ func (c *Cluster) InstallWebhook(ctx context.Context, bin string, o WebhookOptio
 	if o.ReporterImage != "" {
 		args = append(args, "--reporter-image="+o.ReporterImage)
 	}
-	w.args = args
-	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, memoryLimitEnv(dep), tee)
+	w.args, w.env = args, memoryLimitEnv(dep)
+	p, err := StartProcess("webhook", filepath.Join(c.Dir, "webhook.log"), bin, args, w.env, tee)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func (w *Webhook) Restart(ctx context.Context) error {
 	if exited, _ := w.Exited(); !exited {
 		return fmt.Errorf("the webhook is still running (pid %d)", w.Pid())
 	}
-	p, err := StartProcess(w.Name, w.LogPath, w.bin, w.args, nil, nil)
+	p, err := StartProcess(w.Name, w.LogPath, w.bin, w.args, w.env, nil)
 	if err != nil {
 		return err
 	}
