@@ -131,6 +131,10 @@ func Build(dir string, progress io.Writer, pkgs ...string) (map[string]string, e
 		fmt.Fprintf(progress, "building %s\n", pkg)
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
 		cmd.Dir = testenv.RepoRoot()
+		// Static, as in the image: a cgo build links libc (through net and
+		// os/user), whose pages a benchmark would count in the binaries'
+		// resident memory although no container has them.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stdout, cmd.Stderr = progress, progress
 		if err := cmd.Run(); err != nil {
 			return nil, fmt.Errorf("building %s: %w", pkg, err)

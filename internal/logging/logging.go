@@ -1,6 +1,7 @@
-// Package logging builds the JSON logger both binaries use: zap's production
-// encoder behind a logr.Logger (go-logr/zapr), so that every line is one JSON
-// object with key/value pairs.
+// Package logging builds the webhook's JSON logger: zap's production encoder
+// behind a logr.Logger (go-logr/zapr), so that every line is one JSON object
+// with key/value pairs. The injected reporter logs the same way through the
+// standard library instead (package slogjson), to link less.
 package logging
 
 import (

@@ -15,10 +15,9 @@ import (
 	"net"
 	"strings"
 
-	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/logging/slogjson"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 )
 
@@ -56,9 +55,9 @@ type Config struct {
 	// LogLevel is --log-level: debug, info or error (empty: --zap-log-level,
 	// info by default).
 	LogLevel string
-	// Zap are the logging options (--zap-log-level and friends), with
-	// LogLevel applied.
-	Zap zap.Options
+	// Log are the logging options (--zap-log-level and friends, as
+	// controller-runtime's zap package reads them), with LogLevel applied.
+	Log slogjson.Options
 }
 
 // Defaults of the flags.
@@ -70,7 +69,7 @@ const (
 // ParseConfig reads the command line (without the program name) and the
 // environment. An error names the setting at fault; flag.ErrHelp means -h.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
-	cfg := Config{Zap: zap.Options{}}
+	cfg := Config{}
 	fs := flag.NewFlagSet("reporter", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var deleteAck string
@@ -90,7 +89,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		"Path to a kubeconfig; otherwise KUBECONFIG, the in-cluster config, or ~/.kube/config.")
 	fs.StringVar(&cfg.LogLevel, "log-level", "",
 		"Log level: debug, info or error (the same as --zap-log-level).")
-	cfg.Zap.BindFlags(fs)
+	cfg.Log.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
@@ -104,11 +103,11 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	switch cfg.LogLevel {
 	case "":
 	case "debug":
-		cfg.Zap.Level = zapcore.DebugLevel
+		cfg.Log.Level = new(slogjson.LevelDebug)
 	case "info":
-		cfg.Zap.Level = zapcore.InfoLevel
+		cfg.Log.Level = new(slogjson.LevelInfo)
 	case "error":
-		cfg.Zap.Level = zapcore.ErrorLevel
+		cfg.Log.Level = new(slogjson.LevelError)
 	default:
 		return cfg, fmt.Errorf(`--log-level: invalid value %q: expected "debug", "info" or "error"`, cfg.LogLevel)
 	}

@@ -10,9 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.uber.org/zap/zapcore"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/logging/slogjson"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 )
 
@@ -62,10 +61,10 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreTypes(zap.Options{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreTypes(slogjson.Options{})); diff != "" {
 				t.Errorf("ParseConfig (-want +got):\n%s", diff)
 			}
-			if tt.want.LogLevel == "debug" && (got.Zap.Level == nil || !got.Zap.Level.Enabled(zapcore.DebugLevel)) {
+			if tt.want.LogLevel == "debug" && (got.Log.Level == nil || *got.Log.Level > slogjson.LevelDebug) {
 				t.Errorf("--log-level=debug did not enable debug logs")
 			}
 		})

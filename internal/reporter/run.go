@@ -23,9 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/logging/slogjson"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
 
@@ -45,19 +44,15 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stderr, "usage: reporter [--addon-instance=NAME] [--delete-ack=auto|manual] [--health-url=URL] "+
 			"[--health-probe-bind-address=ADDR] [--metrics-bind-address=ADDR] [--leader-election-namespace=NS] "+
-			"[--kubeconfig=FILE] [--zap-log-level=LEVEL]; env "+EnvTargetNamespace+" (required), "+EnvPodName+", "+EnvPodNamespace)
+			"[--kubeconfig=FILE] [--log-level=debug|info|error] [--zap-log-level=LEVEL]; env "+EnvTargetNamespace+" (required), "+EnvPodName+", "+EnvPodNamespace)
 		return ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "reporter: %v\n", err)
 		return ExitConfig
 	}
-	cfg.Zap.DestWriter = stderr
-	log := zap.New(zap.UseFlagOptions(&cfg.Zap))
-	// client-go logs through klog. Whatever may log through
-	// controller-runtime's pkg/log (a dependency of its zap package) gets
-	// the same logger, rather than a complaint that none was set.
-	ctrllog.SetLogger(log)
+	log := slogjson.New(stderr, cfg.Log)
+	// client-go logs through klog.
 	klog.SetLogger(log)
 	setup := log.WithName("setup")
 
