@@ -1,5 +1,9 @@
-// Package gctune sets the Go garbage collector for a process that allocates
-// briskly inside a container's memory limit: the webhook allocates about
+// Package gctune fits the Go runtime to the two binaries' opposite loads.
+//
+// The reporter sidecar (ApplySidecar) makes a few requests a period and idles
+// in between: one P and a tighter heap goal keep its memory small.
+//
+// The webhook (Apply) allocates briskly inside a container's memory limit: about
 // 56 KB to decode and answer each 8 KB AdmissionReview, so with Go's default
 // GOGC=100 and its small live heap it collects tens of times a second under
 // load, a fifth of its CPU. With a memory limit in place the collector can
@@ -16,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -23,6 +28,28 @@ import (
 
 // GCPercent is the GOGC applied when a memory limit bounds the heap.
 const GCPercent = 400
+
+// SidecarGCPercent is the reporter's GOGC: its live heap is 1 to 2 MiB and
+// grows by some 30 KiB a heartbeat, so Go's default (a 4 MiB minimum goal)
+// lets it double before a collection; 50 halves that headroom, for a few more
+// collections a minute of well under a millisecond each.
+const SidecarGCPercent = 50
+
+// ApplySidecar sizes the runtime of the reporter sidecar; GOMAXPROCS or GOGC
+// in the environment (lookupEnv) win.
+func ApplySidecar(lookupEnv func(string) (string, bool)) {
+	if _, set := lookupEnv("GOMAXPROCS"); !set {
+		// The injected container has no CPU limit, so Go's default is the
+		// node's CPU count: a P per CPU, each with its own cache of heap
+		// spans, and idle Ps that spin or run GC mark workers whenever the
+		// reporter wakes. One P serves a few requests a second; it kept
+		// about 0.9 MiB less heap on a 2-CPU VM, more on larger nodes.
+		runtime.GOMAXPROCS(1)
+	}
+	if _, set := lookupEnv("GOGC"); !set {
+		debug.SetGCPercent(SidecarGCPercent)
+	}
+}
 
 // Settings is what Apply decided.
 type Settings struct {

@@ -3,6 +3,8 @@ package gctune
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"testing"
 )
 
@@ -72,5 +74,26 @@ func TestCgroupLimitReadsTheFirstFileThatHasOne(t *testing.T) {
 	}
 	if got := cgroupLimit([]string{missing}); got != 0 {
 		t.Errorf("cgroupLimit with no file = %d, want 0", got)
+	}
+}
+
+func TestApplySidecar(t *testing.T) {
+	procs, gogc := runtime.GOMAXPROCS(0), debug.SetGCPercent(100)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		debug.SetGCPercent(gogc)
+	})
+	unset := func(string) (string, bool) { return "", false }
+	set := func(string) (string, bool) { return "x", true }
+
+	runtime.GOMAXPROCS(2)
+	ApplySidecar(unset)
+	if got, gc := runtime.GOMAXPROCS(0), debug.SetGCPercent(100); got != 1 || gc != SidecarGCPercent {
+		t.Errorf("unset environment: GOMAXPROCS %d, GOGC %d; want 1 and %d", got, gc, SidecarGCPercent)
+	}
+	runtime.GOMAXPROCS(2)
+	ApplySidecar(set)
+	if got, gc := runtime.GOMAXPROCS(0), debug.SetGCPercent(100); got != 2 || gc != 100 {
+		t.Errorf("both set in the environment: GOMAXPROCS %d, GOGC %d; want them left at 2 and 100", got, gc)
 	}
 }
