@@ -95,6 +95,9 @@ type Options struct {
 	ReporterHealthPort      int
 	ReporterMetricsPort     int
 	ReporterLogLevel        string
+	// ReporterAddonInstanceNames are the AddonInstances the reporter role
+	// allows (empty: any); opting in for another name gets a warning.
+	ReporterAddonInstanceNames []string
 }
 
 // Certificate modes.
@@ -162,6 +165,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ReporterHealthPort, "reporter-health-port", o.ReporterHealthPort, "Pod-local port of the reporter's /healthz and /readyz.")
 	fs.IntVar(&o.ReporterMetricsPort, "reporter-metrics-port", o.ReporterMetricsPort, "Pod-local port of the reporter's /metrics.")
 	fs.StringVar(&o.ReporterLogLevel, "reporter-log-level", o.ReporterLogLevel, "Log level passed to injected reporters (debug, info or error); empty leaves their default.")
+	fs.Func("reporter-addon-instance-names", "Comma-separated AddonInstance names the reporter role allows; a Deployment that opts in for another name gets an admission warning. Empty: any.", func(v string) error {
+		o.ReporterAddonInstanceNames = splitList(v)
+		return nil
+	})
 
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace (certificate Secret, leader election Lease).")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect one replica to run the writing controllers (RBAC, certificate rotation); all replicas serve.")
@@ -242,9 +249,10 @@ func (o Options) InjectConfig() (inject.Config, error) {
 			},
 			Limits: corev1.ResourceList{corev1.ResourceMemory: quantity("reporter-memory-limit", o.ReporterMemoryLimit)},
 		},
-		HealthPort:  int32(min(max(o.ReporterHealthPort, 0), 1<<16)),
-		MetricsPort: int32(min(max(o.ReporterMetricsPort, 0), 1<<16)),
-		LogLevel:    o.ReporterLogLevel,
+		HealthPort:         int32(min(max(o.ReporterHealthPort, 0), 1<<16)),
+		MetricsPort:        int32(min(max(o.ReporterMetricsPort, 0), 1<<16)),
+		LogLevel:           o.ReporterLogLevel,
+		AddonInstanceNames: o.ReporterAddonInstanceNames,
 	}
 	if len(errs) == 0 {
 		errs = append(errs, cfg.Validate())

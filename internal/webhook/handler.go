@@ -118,7 +118,7 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest, obj *appsv1.Deployme
 		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: err.Error()}}, OutcomeDenied
 	}
-	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	resp := &admissionv1.AdmissionResponse{Allowed: true, Warnings: res.Warnings}
 	if len(res.Patch) > 0 {
 		// The operations themselves: Patch's MarshalJSON only turns an empty
 		// patch into [], and going through it would make encoding/json
@@ -254,6 +254,9 @@ func (h *Handler) logOutcome(req *admissionv1.AdmissionRequest, outcome string, 
 		"operation", req.Operation, "uid", req.UID, "user", req.UserInfo.Username, "duration", elapsed}
 	if resp.Result != nil {
 		kv = append(kv, "reason", resp.Result.Message)
+	}
+	if len(resp.Warnings) > 0 {
+		kv = append(kv, "warnings", resp.Warnings)
 	}
 	switch outcome {
 	case string(inject.Unchanged):

@@ -81,6 +81,7 @@ func runSuite(m *testing.M) int {
 	options.Port = wio.LocalServingPort
 	options.CertDir = wio.LocalServingCertDir
 	options.ReporterImage = reporterImage
+	options.ReporterAddonInstanceNames = []string{"addon-instance"} // the chart's default
 	options.ShutdownTimeout = 5 * time.Second
 	if injectCfg, err = options.InjectConfig(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -332,5 +335,69 @@ func TestExistingContainersKept(t *testing.T) {
 	}
 	if v := got.Containers[0].Env[0]; v.Name != inject.TargetNamespaceEnv || v.Value != "my-addon-target" {
 		t.Errorf("the addon's own %s became %+v", inject.TargetNamespaceEnv, v)
+	}
+}
+
+// warningRecorder keeps the warnings the API server relays to a client.
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warningRecorder) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
+}
+
+func TestAnInstanceTheReporterRoleDoesNotAllowIsInjectedWithAWarning(t *testing.T) {
+	ns := newNamespace(t)
+	tests := map[string]struct {
+		deployment string
+		instance   string // empty: the default
+		warn       bool
+	}{
+		"the default name, allowed": {deployment: "allowed", warn: false},
+		"another name":              {deployment: "not-allowed", instance: "other-instance", warn: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var rec warningRecorder
+			cfg := rest.CopyConfig(env.Config)
+			cfg.WarningHandler = &rec
+			cs := kubernetes.NewForConfigOrDie(cfg)
+			annots := optIn()
+			if tc.instance != "" {
+				annots[annotations.AddonInstance] = tc.instance
+			}
+			created, err := cs.AppsV1().Deployments(ns).Create(t.Context(), addon(ns, tc.deployment, annots), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			if c, _ := reporterOf(created); c == nil {
+				t.Errorf("the reporter was not injected")
+			}
+			got := rec.all()
+			if !tc.warn {
+				if len(got) != 0 {
+					t.Errorf("warnings %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("warnings %q, want one", got)
+			}
+			for _, s := range []string{annotations.AddonInstance, `"` + tc.instance + `"`, "addon-instance", "reporter.addonInstanceNames"} {
+				if !strings.Contains(got[0], s) {
+					t.Errorf("warning %q does not name %q", got[0], s)
+				}
+			}
+		})
 	}
 }

@@ -45,6 +45,9 @@ type Result struct {
 	Patch Patch
 	// Action says what was done.
 	Action Action
+	// Warnings are for the admission response: the Deployment is admitted
+	// as Patch makes it, but something will not work as its owner expects.
+	Warnings []string
 }
 
 // Where the reporter goes: the names of the pod spec's container lists, as
@@ -91,6 +94,12 @@ func mutate(in *appsv1.Deployment, cfg Config, working func() *appsv1.Deployment
 	if !settings.Inject && prev == nil {
 		return Result{Deployment: in, Action: Unchanged}, nil
 	}
+	var warnings []string
+	if settings.Inject {
+		if w := instanceWarning(settings.AddonInstance, cfg.AddonInstanceNames); w != "" {
+			warnings = []string{w}
+		}
+	}
 	m := &mutation{d: working()}
 	action := Removed
 	if settings.Inject {
@@ -102,9 +111,32 @@ func mutate(in *appsv1.Deployment, cfg Config, working func() *appsv1.Deployment
 		m.remove(prev)
 	}
 	if len(m.patch) == 0 {
-		return Result{Deployment: in, Action: Unchanged}, nil
+		return Result{Deployment: in, Action: Unchanged, Warnings: warnings}, nil
 	}
-	return Result{Deployment: m.d, Patch: m.patch, Action: action}, nil
+	return Result{Deployment: m.d, Patch: m.patch, Action: action, Warnings: warnings}, nil
+}
+
+// maxWarning is the length the API server keeps of an admission warning.
+const maxWarning = 256
+
+// instanceWarning is the admission warning for a reporter of instance when
+// the reporter role allows only names (none when names is empty or holds
+// it): the webhook injects it anyway, since the addon itself works and only
+// its heartbeats would be forbidden, but says so at admission rather than
+// leave it to a log line in every addon pod.
+func instanceWarning(instance string, names []string) string {
+	if len(names) == 0 || slices.Contains(names, instance) {
+		return ""
+	}
+	allowed := strings.Join(names, ", ")
+	w := func(allowed string) string {
+		return fmt.Sprintf("%s=%q: the reporter role allows only the AddonInstances %s, so this reporter's heartbeats will be forbidden; "+
+			"add the name to the chart's reporter.addonInstanceNames", annotations.AddonInstance, instance, allowed)
+	}
+	if len(w(allowed)) > maxWarning {
+		allowed = fmt.Sprintf("%s and %d more", names[0], len(names)-1)
+	}
+	return w(allowed)
 }
 
 // record is the value of the addon-heartbeat.io/status annotation: what was

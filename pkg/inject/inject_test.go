@@ -2,6 +2,7 @@ package inject
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -276,5 +277,80 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestAnInstanceTheReporterRoleDoesNotAllowGetsAWarning(t *testing.T) {
+	cfg := testConfig()
+	cfg.AddonInstanceNames = []string{"addon-instance", "second"}
+	withInstance := func(name string) map[string]string {
+		a := map[string]string{annotations.Inject: "true"}
+		if name != "" {
+			a[annotations.AddonInstance] = name
+		}
+		return a
+	}
+	tests := map[string]struct {
+		annots   map[string]string
+		names    []string
+		warnings int
+	}{
+		"the default name, allowed":  {annots: withInstance(""), names: cfg.AddonInstanceNames},
+		"another allowed name":       {annots: withInstance("second"), names: cfg.AddonInstanceNames},
+		"a name not allowed":         {annots: withInstance("third"), names: cfg.AddonInstanceNames, warnings: 1},
+		"no restriction":             {annots: withInstance("third")},
+		"opted out: nothing to warn": {annots: map[string]string{annotations.Inject: "false", annotations.AddonInstance: "third"}, names: cfg.AddonInstanceNames},
+		"not annotated: no reporter": {annots: nil, names: cfg.AddonInstanceNames},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := cfg
+			c.AddonInstanceNames = tc.names
+			res := mustMutate(t, deployment(tc.annots), c)
+			if len(res.Warnings) != tc.warnings {
+				t.Fatalf("warnings %q, want %d", res.Warnings, tc.warnings)
+			}
+			if tc.warnings == 0 {
+				return
+			}
+			if res.Action != Injected {
+				t.Errorf("action %s, want %s: the warning does not stop the injection", res.Action, Injected)
+			}
+			// Applied again, the Deployment is unchanged and still warned about.
+			again := mustMutate(t, res.Deployment, c)
+			if again.Action != Unchanged || len(again.Warnings) != 1 {
+				t.Errorf("again: action %s, warnings %q; want unchanged with the warning", again.Action, again.Warnings)
+			}
+		})
+	}
+}
+
+func TestInstanceWarning(t *testing.T) {
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = fmt.Sprintf("addon-instance-%02d", i)
+	}
+	tests := map[string]struct {
+		names    []string
+		contains []string
+	}{
+		"a few names, all listed": {names: []string{"a", "b"}, contains: []string{annotations.AddonInstance, `"x"`, "a, b", "reporter.addonInstanceNames"}},
+		"many names, shortened":   {names: many, contains: []string{`"x"`, "addon-instance-00 and 39 more", "reporter.addonInstanceNames"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := instanceWarning("x", tc.names)
+			if len(w) > maxWarning {
+				t.Errorf("warning of %d characters, over the %d the API server keeps: %q", len(w), maxWarning, w)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(w, s) {
+					t.Errorf("warning %q does not contain %q", w, s)
+				}
+			}
+		})
+	}
+	if w := instanceWarning("a", []string{"a"}); w != "" {
+		t.Errorf("warning %q for an allowed name", w)
 	}
 }

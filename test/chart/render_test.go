@@ -115,6 +115,10 @@ logLevel: debug
 				cfg.LogLevel != "debug" || cfg.Resources.Limits.Memory().String() != "96Mi" || cfg.Resources.Requests.Cpu().String() != "20m" {
 				t.Errorf("reporter config %+v", cfg)
 			}
+			// The injector warns about exactly the names the reporter role allows.
+			if !slices.Equal(cfg.AddonInstanceNames, []string{"addon-instance", "my-addon"}) {
+				t.Errorf("the webhook's AddonInstance names %q, want the chart's [addon-instance my-addon]", cfg.AddonInstanceNames)
+			}
 			mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", "addon-heartbeat"))
 			w := mwc.Webhooks[0]
 			if *w.FailurePolicy != admissionv1.Ignore || *w.TimeoutSeconds != 3 || w.NamespaceSelector.MatchLabels["addons.example.com/managed"] != "true" {
