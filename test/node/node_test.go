@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -431,6 +433,57 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	step("leader's reporter killed (SIGKILL)", func(t *testing.T) {
+		// No release of the Lease: either the kubelet restarts the
+		// reporter in the same pod, which takes its own Lease back at once
+		// (its holder identity is the pod name), or the other pod's
+		// standby takes it when it expires, 1.5 periods after the last
+		// renewal. The operator must see no gap of 3 periods.
+		var lease coordinationv1.Lease
+		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
+			t.Fatal(err)
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		var pod corev1.Pod
+		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, holder), &pod); err != nil {
+			t.Fatalf("the Lease holder %q is no pod: %v", holder, err)
+		}
+		before := reporterStatus(pod)
+		if before == nil || before.ContainerID == "" {
+			t.Fatalf("no running reporter in %s: %+v", pod.Name, before)
+		}
+		pid, err := containerPID(suiteCtx, before.ContainerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("killing the reporter (pid %d) of %s: %v", pid, pod.Name, err)
+		}
+		hb.waitWrites(t, 4, 8*period)
+		waitFor(t, "the killed reporter restarted and ready", 2*time.Minute, func(ctx context.Context) (bool, string) {
+			var p corev1.Pod
+			if err := cluster.Client.Get(ctx, key(addonNamespace, pod.Name), &p); err != nil {
+				return false, err.Error()
+			}
+			rs := reporterStatus(p)
+			if rs == nil {
+				return false, "no reporter status"
+			}
+			return rs.RestartCount > before.RestartCount && rs.Ready, fmt.Sprintf("restarts %d, ready %t", rs.RestartCount, rs.Ready)
+		})
+		to := time.Now()
+		gap := hb.maxGap(from, to)
+		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
+			t.Fatal(err)
+		}
+		logf("reporter of leader %s killed: longest gap between heartbeats %s over %s (limit %s); the Lease is now %s's",
+			holder, gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond), 3*period, ptr.Deref(lease.Spec.HolderIdentity, ""))
+		if gap >= 3*period {
+			t.Errorf("heartbeats stopped for %s after the leader's reporter was killed (period %s)", gap, period)
+		}
+	})
+
 	step("restricted pod security and least privilege", func(t *testing.T) {
 		// Pod Security enforces restricted in both namespaces: a privileged
 		// pod is refused, and every pod that runs was admitted under it.
@@ -778,25 +831,38 @@ func replicaSets(t *testing.T, app string) []string {
 	return names
 }
 
-// containerEnv reads the environment of a container's main process, found
-// through containerd's task list.
+// containerEnv reads the environment of a container's main process.
 func containerEnv(ctx context.Context, containerID string) ([]string, error) {
+	pid, err := containerPID(ctx, containerID)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), nil
+}
+
+// containerPID is the host pid of a container's main process, from
+// containerd's task list.
+func containerPID(ctx context.Context, containerID string) (int, error) {
 	id := strings.TrimPrefix(containerID, "containerd://")
 	out, err := cluster.CtrOutput(ctx, "tasks", "ls")
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == id {
-			data, err := os.ReadFile("/proc/" + f[1] + "/environ")
+			pid, err := strconv.Atoi(f[1])
 			if err != nil {
-				return nil, err
+				return 0, fmt.Errorf("task %s: pid %q: %w", id, f[1], err)
 			}
-			return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), nil
+			return pid, nil
 		}
 	}
-	return nil, fmt.Errorf("no task %s in:\n%s", id, out)
+	return 0, fmt.Errorf("no task %s in:\n%s", id, out)
 }
 
 // podTokenConfig is a client configuration with the ServiceAccount token
