@@ -3,12 +3,16 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -128,4 +132,54 @@ func (h *Heartbeats) MaxGap(from, to time.Time) time.Duration {
 		prev = w
 	}
 	return max(gap, to.Sub(prev))
+}
+
+// pollInterval is how often the Wait methods look at what was recorded.
+const pollInterval = 50 * time.Millisecond
+
+// WaitWrites waits until n more writes than now have been recorded, or ctx
+// ends.
+func (h *Heartbeats) WaitWrites(ctx context.Context, n int) error {
+	from := h.Count()
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(context.Context) (bool, error) {
+		return h.Count()-from >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d heartbeat writes, want %d: %w", h.Count()-from, n, err)
+	}
+	return nil
+}
+
+// WaitCondition waits until the AddonInstance has condition typ with status
+// and a message containing each of parts, and returns it; when ctx ends
+// first, the error says what was seen last.
+func (h *Heartbeats) WaitCondition(ctx context.Context, typ string, status metav1.ConditionStatus, parts ...string) (metav1.Condition, error) {
+	var got metav1.Condition
+	last := "no AddonInstance seen"
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(context.Context) (bool, error) {
+		ai := h.Latest()
+		if ai == nil {
+			return false, nil
+		}
+		c := apimeta.FindStatusCondition(ai.Status.Conditions, typ)
+		if c == nil {
+			last = fmt.Sprintf("no %s condition: %+v", typ, ai.Status.Conditions)
+			return false, nil
+		}
+		got = *c
+		last = fmt.Sprintf("%s=%s (%s: %s)", typ, c.Status, c.Reason, c.Message)
+		if c.Status != status {
+			return false, nil
+		}
+		for _, p := range parts {
+			if !strings.Contains(c.Message, p) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return got, fmt.Errorf("condition %s=%s mentioning %q: last %s: %w", typ, status, parts, last, err)
+	}
+	return got, nil
 }

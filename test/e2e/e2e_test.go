@@ -55,10 +55,10 @@ func TestTwoAddons(t *testing.T) {
 	from := time.Now()
 	recA.waitWrites(t, 4, 10*periodA)
 	recB.waitWrites(t, 4, 10*periodB)
-	if g := recA.maxGapSince(from); g >= periodA*3/2 {
+	if g := recA.MaxGap(from, time.Now()); g >= periodA*3/2 {
 		t.Errorf("addon A (period %s): longest gap between heartbeats %s", periodA, g)
 	}
-	if g := recB.maxGapSince(from); g >= periodB*3/2 {
+	if g := recB.MaxGap(from, time.Now()); g >= periodB*3/2 {
 		t.Errorf("addon B (period %s): longest gap between heartbeats %s", periodB, g)
 	}
 
@@ -69,7 +69,7 @@ func TestTwoAddons(t *testing.T) {
 		t.Errorf("Degraded names the available component too: %s", c.Message)
 	}
 	recA.waitWrites(t, 2, 5*periodA)
-	if ai := recA.latest(); conditionStatus(ai, degraded) != metav1.ConditionFalse {
+	if ai := recA.Latest(); conditionStatus(ai, degraded) != metav1.ConditionFalse {
 		t.Errorf("addon A became degraded by addon B's component: %+v", ai.Status.Conditions)
 	}
 	setAvailable(t, opB2, 1)
@@ -159,9 +159,9 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		<-leader.Done()
 		rec.waitWrites(t, 3, 6*period)
-		gap := rec.maxGapSince(from)
+		gap := rec.MaxGap(from, time.Now())
 		t.Logf("%s of the leader: first heartbeat %s after the signal, longest heartbeat gap %s (period %s)",
-			sig, rec.firstWriteAfter(from).Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond), period)
+			sig, rec.FirstWriteAfter(from).Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond), period)
 		limit := 3 * period
 		if sig == syscall.SIGTERM {
 			limit = period + period/2
@@ -196,9 +196,9 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 	t.Logf("API server down for %s", time.Since(outage).Round(time.Millisecond))
 
-	before := rec.count()
+	before := rec.Count()
 	rec.waitWrites(t, 3, 30*time.Second)
-	t.Logf("heartbeats resumed: %d writes since the restart", rec.count()-before)
+	t.Logf("heartbeats resumed: %d writes since the restart", rec.Count()-before)
 	for _, r := range reps {
 		if exited, err := r.Exited(); exited {
 			t.Fatalf("reporter exited during the outage: %v (log %s)", err, r.LogPath)

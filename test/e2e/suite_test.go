@@ -193,22 +193,13 @@ func recordHeartbeats(t *testing.T, ns, name string) *heartbeatRecorder {
 	return &heartbeatRecorder{h}
 }
 
-func (r *heartbeatRecorder) count() int                            { return r.Count() }
-func (r *heartbeatRecorder) latest() *addonsv1alpha1.AddonInstance { return r.Latest() }
-func (r *heartbeatRecorder) firstWriteAfter(t time.Time) time.Time { return r.FirstWriteAfter(t) }
-func (r *heartbeatRecorder) maxGapSince(from time.Time) time.Duration {
-	return r.MaxGap(from, time.Now())
-}
-
 // waitWrites waits until n more writes than now have been seen.
 func (r *heartbeatRecorder) waitWrites(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
-	want := r.count() + n
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return r.count() >= want, nil
-	})
-	if err != nil {
-		t.Fatalf("saw %d heartbeat writes within %s, want %d", r.count(), timeout, want)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	if err := r.WaitWrites(ctx, n); err != nil {
+		t.Fatalf("within %s: %v", timeout, err)
 	}
 }
 
@@ -216,33 +207,11 @@ func (r *heartbeatRecorder) waitWrites(t *testing.T, n int, timeout time.Duratio
 // and a message containing every part.
 func (r *heartbeatRecorder) waitCondition(t *testing.T, typ string, status metav1.ConditionStatus, timeout time.Duration, parts ...string) metav1.Condition {
 	t.Helper()
-	var last string
-	var found metav1.Condition
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ai := r.latest()
-		if ai == nil {
-			return false, nil
-		}
-		for _, c := range ai.Status.Conditions {
-			if c.Type != typ {
-				continue
-			}
-			last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
-			if c.Status != status {
-				return false, nil
-			}
-			for _, p := range parts {
-				if !strings.Contains(c.Message, p) {
-					return false, nil
-				}
-			}
-			found = c
-			return true, nil
-		}
-		return false, nil
-	})
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	c, err := r.WaitCondition(ctx, typ, status, parts...)
 	if err != nil {
-		t.Fatalf("condition %s never became %s mentioning %q (last: %s)", typ, status, parts, last)
+		t.Fatalf("within %s: %v", timeout, err)
 	}
-	return found
+	return c
 }

@@ -16,10 +16,8 @@ import (
 	"testing"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -244,45 +242,25 @@ func watchHeartbeats(t *testing.T, ns, name string) *heartbeats {
 	return &heartbeats{h}
 }
 
-func (h *heartbeats) count() int                              { return h.Count() }
-func (h *heartbeats) latest() *addonsv1alpha1.AddonInstance   { return h.Latest() }
-func (h *heartbeats) since(from time.Time) []time.Time        { return h.Since(from) }
-func (h *heartbeats) maxGap(from, to time.Time) time.Duration { return h.MaxGap(from, to) }
-
 // waitWrites waits for n more writes.
 func (h *heartbeats) waitWrites(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
-	from := h.count()
-	waitFor(t, fmt.Sprintf("%d heartbeats", n), timeout, func(context.Context) (bool, string) {
-		got := h.count() - from
-		return got >= n, fmt.Sprintf("%d heartbeats", got)
-	})
+	ctx, cancel := context.WithTimeout(suiteCtx, timeout)
+	defer cancel()
+	if err := h.WaitWrites(ctx, n); err != nil {
+		t.Fatalf("within %s: %v", timeout, err)
+	}
 }
 
 // waitCondition waits until the AddonInstance has condition typ with status
 // (and a message containing each of msgs), and returns it.
 func (h *heartbeats) waitCondition(t *testing.T, typ string, status metav1.ConditionStatus, timeout time.Duration, msgs ...string) metav1.Condition {
 	t.Helper()
-	var got metav1.Condition
-	waitFor(t, fmt.Sprintf("%s=%s %q", typ, status, msgs), timeout, func(context.Context) (bool, string) {
-		ai := h.latest()
-		if ai == nil {
-			return false, "no AddonInstance seen"
-		}
-		c := apimeta.FindStatusCondition(ai.Status.Conditions, typ)
-		if c == nil {
-			return false, fmt.Sprintf("no %s condition: %+v", typ, ai.Status.Conditions)
-		}
-		got = *c
-		if c.Status != status {
-			return false, fmt.Sprintf("%s=%s (%s: %s); all conditions %+v", typ, c.Status, c.Reason, c.Message, ai.Status.Conditions)
-		}
-		for _, m := range msgs {
-			if !strings.Contains(c.Message, m) {
-				return false, fmt.Sprintf("%s=%s, message %q lacks %q", typ, c.Status, c.Message, m)
-			}
-		}
-		return true, ""
-	})
-	return got
+	ctx, cancel := context.WithTimeout(suiteCtx, timeout)
+	defer cancel()
+	c, err := h.WaitCondition(ctx, typ, status, msgs...)
+	if err != nil {
+		t.Fatalf("within %s: %v", timeout, err)
+	}
+	return c
 }

@@ -273,8 +273,8 @@ func TestRealNode(t *testing.T) {
 		from := time.Now()
 		hb.waitWrites(t, 4, 6*period)
 		to := time.Now()
-		writes := hb.since(from)
-		gap := hb.maxGap(from, to)
+		writes := hb.Since(from)
+		gap := hb.MaxGap(from, to)
 		mean := to.Sub(from) / time.Duration(len(writes))
 		if len(writes) >= 2 {
 			mean = writes[len(writes)-1].Sub(writes[0]) / time.Duration(len(writes)-1)
@@ -386,7 +386,7 @@ func TestRealNode(t *testing.T) {
 		if strings.Contains(c.Message, metricsName) {
 			t.Errorf("Degraded names the available component too: %s", c.Message)
 		}
-		if ai := hb.latest(); ai == nil || !hasCondition(ai, installed, metav1.ConditionTrue) {
+		if ai := hb.Latest(); ai == nil || !hasCondition(ai, installed, metav1.ConditionTrue) {
 			t.Errorf("Installed changed during the outage: %+v", ai)
 		}
 		start = time.Now()
@@ -419,7 +419,7 @@ func TestRealNode(t *testing.T) {
 		})
 		hb.waitWrites(t, 4, 8*period)
 		to := time.Now()
-		gap := hb.maxGap(from, to)
+		gap := hb.MaxGap(from, to)
 		logf("leader %s deleted: longest gap between heartbeats %s over %s (limit %s)", holder, gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond), 3*period)
 		if gap >= 3*period {
 			t.Errorf("heartbeats stopped for %s after the leader pod was deleted (period %s)", gap, period)
@@ -473,7 +473,7 @@ func TestRealNode(t *testing.T) {
 			return rs.RestartCount > before.RestartCount && rs.Ready, fmt.Sprintf("restarts %d, ready %t", rs.RestartCount, rs.Ready)
 		})
 		to := time.Now()
-		gap := hb.maxGap(from, to)
+		gap := hb.MaxGap(from, to)
 		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
 			t.Fatal(err)
 		}
@@ -686,7 +686,7 @@ func TestRealNode(t *testing.T) {
 			t.Errorf("%s: reporter image %s, want the old %s until its next rollout", metricsName, got, tag)
 		}
 		hb.waitWrites(t, 2, 4*period)
-		gap := hb.maxGap(from, time.Now())
+		gap := hb.MaxGap(from, time.Now())
 		logf("rollout restart with the new reporter: %s, longest heartbeat gap %s", time.Since(from).Round(time.Millisecond), gap.Round(time.Millisecond))
 		if gap >= 3*period {
 			t.Errorf("heartbeats stopped for %s during the rollout", gap)
@@ -754,10 +754,10 @@ func TestRealNode(t *testing.T) {
 			t.Errorf("the reporter ClusterRole outlived the release: %v", roleErr)
 		}
 		quiet := time.Now()
-		last := hb.count()
+		last := hb.Count()
 		waitFor(t, "no heartbeat for 3 periods", 6*period, func(context.Context) (bool, string) {
-			if hb.count() != last {
-				last, quiet = hb.count(), time.Now()
+			if hb.Count() != last {
+				last, quiet = hb.Count(), time.Now()
 			}
 			return time.Since(quiet) >= 3*period, fmt.Sprintf("last write %s ago", time.Since(quiet).Round(time.Millisecond))
 		})
