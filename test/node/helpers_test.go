@@ -17,6 +17,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -263,4 +265,19 @@ func (h *heartbeats) waitCondition(t *testing.T, typ string, status metav1.Condi
 		t.Fatalf("within %s: %v", timeout, err)
 	}
 	return c
+}
+
+// leaderPod is the pod whose reporter holds the addon's election Lease.
+func leaderPod(t *testing.T) corev1.Pod {
+	t.Helper()
+	var lease coordinationv1.Lease
+	if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
+		t.Fatal(err)
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	var pod corev1.Pod
+	if err := cluster.Client.Get(suiteCtx, key(addonNamespace, holder), &pod); err != nil {
+		t.Fatalf("the Lease holder %q is no pod: %v", holder, err)
+	}
+	return pod
 }

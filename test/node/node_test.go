@@ -396,15 +396,8 @@ func TestRealNode(t *testing.T) {
 	})
 
 	step("leader pod deleted", func(t *testing.T) {
-		var lease coordinationv1.Lease
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
-			t.Fatal(err)
-		}
-		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-		var pod corev1.Pod
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, holder), &pod); err != nil {
-			t.Fatalf("the Lease holder %q is no pod: %v", holder, err)
-		}
+		pod := leaderPod(t)
+		holder := pod.Name
 		from := time.Now()
 		if err := cluster.Client.Delete(suiteCtx, &pod); err != nil {
 			t.Fatal(err)
@@ -439,15 +432,8 @@ func TestRealNode(t *testing.T) {
 		// (its holder identity is the pod name), or the other pod's
 		// standby takes it when it expires, 1.5 periods after the last
 		// renewal. The operator must see no gap of 3 periods.
-		var lease coordinationv1.Lease
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
-			t.Fatal(err)
-		}
-		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-		var pod corev1.Pod
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, holder), &pod); err != nil {
-			t.Fatalf("the Lease holder %q is no pod: %v", holder, err)
-		}
+		pod := leaderPod(t)
+		holder := pod.Name
 		before := reporterStatus(pod)
 		if before == nil || before.ContainerID == "" {
 			t.Fatalf("no running reporter in %s: %+v", pod.Name, before)
@@ -474,11 +460,8 @@ func TestRealNode(t *testing.T) {
 		})
 		to := time.Now()
 		gap := hb.MaxGap(from, to)
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
-			t.Fatal(err)
-		}
 		logf("reporter of leader %s killed: longest gap between heartbeats %s over %s (limit %s); the Lease is now %s's",
-			holder, gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond), 3*period, ptr.Deref(lease.Spec.HolderIdentity, ""))
+			holder, gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond), 3*period, leaderPod(t).Name)
 		if gap >= 3*period {
 			t.Errorf("heartbeats stopped for %s after the leader's reporter was killed (period %s)", gap, period)
 		}
