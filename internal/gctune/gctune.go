@@ -84,8 +84,11 @@ func Apply() Settings {
 // memory limit in bytes (0: none).
 func Decide(getenv func(string) string, limit int64) Settings {
 	s := Settings{Source: "none"}
-	switch {
-	case getenv("GOMEMLIMIT") != "" && getenv("GOMEMLIMIT") != "off":
+	switch v := getenv("GOMEMLIMIT"); {
+	case v == "off":
+		// Asked for no limit: nothing bounds the heap, so GOGC stays.
+		return Settings{Source: "GOMEMLIMIT"}
+	case v != "":
 		s.Source = "GOMEMLIMIT" // the runtime read it at start
 	case limit > 0:
 		s.Source = "cgroup"

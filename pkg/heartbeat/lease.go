@@ -57,8 +57,12 @@ func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) {
 	l.lease = lease
 }
 
-// heldByOther reports whether another holder's term is still running at now.
+// heldByOther reports whether another holder's term is still running at now
+// (never while there is no Lease).
 func (l *leaseLock) heldByOther(now time.Time) bool {
+	if l.lease == nil {
+		return false
+	}
 	spec := l.lease.Spec
 	holder := ptr.Deref(spec.HolderIdentity, "")
 	if holder == "" || holder == l.identity {
@@ -114,7 +118,7 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 // one of the API server's.
 func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, error) {
 	now := l.clock.Now()
-	if l.lease != nil && l.heldByOther(now) {
+	if l.heldByOther(now) {
 		return false, nil
 	}
 	var (
@@ -232,7 +236,7 @@ func (l *leaseLock) release(ctx context.Context) error {
 // failed. News (the watch's next event) ends the wait sooner.
 func (l *leaseLock) wait(fallback time.Duration) time.Duration {
 	now := l.clock.Now()
-	if l.lease != nil && l.heldByOther(now) {
+	if l.heldByOther(now) {
 		return l.observedAt.Add(l.duration()).Sub(now) + time.Millisecond
 	}
 	return checkInterval(l.period(fallback))
