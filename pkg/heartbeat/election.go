@@ -109,13 +109,13 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 		if open, ok := awaitLease(ctx, w, r.lock, r.clock.After(wait)); !open {
 			if w != nil {
 				w.Stop()
+				// One that ends as soon as it opens is not reopened at once.
+				if r.clock.Since(opened) < Timings(period).RetryPeriod {
+					r.sleep(ctx, checkInterval(r.lock.period(period)))
+				}
 			}
-			// A watch the API server closed resumes from the last
-			// version seen; one that failed starts again from a read.
-			// One that ends as soon as it opens is not reopened at once.
-			if w != nil && r.clock.Since(opened) < Timings(period).RetryPeriod {
-				r.sleep(ctx, checkInterval(r.lock.period(period)))
-			}
+			// A watch the API server closed resumes from the last version
+			// seen; one that failed starts again from a read.
 			w, read = nil, !ok
 		}
 	}
