@@ -70,7 +70,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, fmt.Errorf("encoding the kubeconfig: %w", err)
 	}
-	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+	if err := writeFileAtomic(c.Kubeconfig, kubeconfig); err != nil {
 		return c, fmt.Errorf("writing the kubeconfig: %w", err)
 	}
 	crd, err := testenv.AddonInstanceCRD()
@@ -98,7 +98,10 @@ func (c *Cluster) Stop() error {
 // ServiceAccountKubeconfig writes a kubeconfig that authenticates as
 // ServiceAccount ns/name with a bound token (TokenRequest), creating the
 // ServiceAccount when it does not exist, as the controller-manager does for
-// "default" in every namespace. It returns the file's path.
+// "default" in every namespace. It returns the file's path. Every call mints
+// a new token into the same file, which processes started from an earlier
+// call may be reading at that moment: the file is replaced atomically, so a
+// reader sees the old or the new file whole, never a truncated one.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name string) (string, error) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if err := c.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -113,10 +116,31 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name string)
 		return "", fmt.Errorf("encoding the kubeconfig: %w", err)
 	}
 	path := filepath.Join(c.Dir, "kubeconfig-"+ns+"-"+name)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := writeFileAtomic(path, data); err != nil {
 		return "", fmt.Errorf("writing the kubeconfig: %w", err)
 	}
 	return path, nil
+}
+
+// writeFileAtomic writes data to a new file beside path and renames it over
+// path (owner-only permissions), so that a concurrent reader never sees a
+// partly written file.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+	}
+	return werr
 }
 
 // Build compiles the given packages of this module (such as ./cmd/webhook)
