@@ -51,5 +51,8 @@
 // retries conflicts a bounded number of times against fresh state; failures
 // back off (never faster than 100ms, never slower than one period) and never
 // stop the loop. The first heartbeat goes out as soon as the Reporter leads,
-// and a change of spec.heartbeatUpdatePeriod is followed within one period.
+// and a change of spec.heartbeatUpdatePeriod is followed within one period: a
+// shorter one from the last heartbeat, a longer one with a heartbeat at once,
+// whose renewal holds the Lease on the new period's terms (the hold taken on
+// the old terms would end before the next tick).
 package heartbeat

@@ -62,9 +62,17 @@ func (l *loop) run(ctx context.Context) {
 			case t.period != cur.period:
 				last := lastTick(origin, cur.period, now)
 				next := now
-				if last.Add(t.period).After(now) {
+				switch {
+				case t.period > cur.period:
+					// Longer: beat at once. The hold taken at the last
+					// tick, and the standbys' view of it, end on the old
+					// period's terms (1.25 and 1.5 old periods), before
+					// last + the new period; this beat renews the Lease
+					// for the new period and announces it.
+					origin = now
+				case last.Add(t.period).After(now):
 					origin, next = last, last.Add(t.period)
-				} else {
+				default:
 					origin = now
 				}
 				// A retry after a failed write stays due: a new period

@@ -312,11 +312,12 @@ func TestLoopFollowsAPeriodChangeWithinOnePeriod(t *testing.T) {
 			next: ms(5500),
 			want: []time.Duration{0, ms(4000), ms(5500), ms(6500)},
 		},
-		"longer": {
+		"longer: beat at once, which renews the Lease for the new period": {
 			from: time.Second, to: 3 * time.Second, changeAt: ms(1500),
-			// last tick 1s, next 1s+3s = 4s, then 7s.
-			next: ms(4000),
-			want: []time.Duration{0, ms(1000), ms(4000), ms(7000)},
+			// Not at last tick + 3s = 4s: the hold from the tick at 1s
+			// ends at 2.25s.
+			next: ms(1500),
+			want: []time.Duration{0, ms(1000), ms(1500), ms(4500)},
 		},
 	}
 	for name, tt := range tests {
@@ -364,14 +365,15 @@ func TestLoopKeepsAPendingRetryWhenThePeriodChanges(t *testing.T) {
 		t.Fatalf("retry armed for %s, want 1s", at)
 	}
 	h.advanceTo(ms(500))
-	if next := h.change(target{present: true, period: 20 * time.Second}); next != time.Second {
+	// A shorter period whose next tick (0 + 5s) is later than the retry.
+	if next := h.change(target{present: true, period: 5 * time.Second}); next != time.Second {
 		t.Errorf("after a period change the retry moved from 1s to %s", next)
 	}
-	h.advanceTo(ms(20050))
+	h.advanceTo(ms(10050))
 	stop()
 	// The retry succeeds at 1s; the schedule keeps its origin (0), now
-	// every 20s.
-	sameTimes(t, h.beatTimes(), []time.Duration{0, time.Second, 20 * time.Second})
+	// every 5s.
+	sameTimes(t, h.beatTimes(), []time.Duration{0, time.Second, 5 * time.Second, 10 * time.Second})
 }
 
 func TestLoopStopsPromptlyMidWrite(t *testing.T) {
