@@ -340,6 +340,10 @@ type term struct {
 	instance    toolscache.SharedIndexInformer
 	deployments toolscache.SharedIndexInformer
 	lostOnce    sync.Once
+	// written is the last version this term wrote, and writtenOver the
+	// versions that write replaced (touched by the heartbeat loop only).
+	written     *addonsv1alpha1.AddonInstance
+	writtenOver []string
 }
 
 // watchDeadline ends the term when the hold runs out.
@@ -385,6 +389,17 @@ func (t *term) current() *addonsv1alpha1.AddonInstance {
 	return ai
 }
 
+// newest is the version to write the next heartbeat over: the cached one,
+// unless the watch has not yet brought this term's last write (the cache
+// still holds a version that write replaced), where writing over the cache
+// would only meet a conflict and cost a read.
+func (t *term) newest(cached *addonsv1alpha1.AddonInstance) *addonsv1alpha1.AddonInstance {
+	if t.written != nil && slices.Contains(t.writtenOver, cached.ResourceVersion) {
+		return t.written
+	}
+	return cached
+}
+
 func (t *term) observe() target {
 	ai := t.current()
 	if ai != nil {
@@ -424,9 +439,10 @@ func (t *term) beat(ctx context.Context) beatResult {
 	comps := t.components(ctx, period)
 
 	start := r.clock.Now()
-	err := r.write(ctx, ai, comps)
+	written, over, err := r.write(ctx, t.newest(ai), comps)
 	r.metrics.latency.Observe(r.clock.Since(start).Seconds())
 	if err == nil {
+		t.written, t.writtenOver = written, over
 		r.metrics.sent.Inc()
 		r.metrics.lastSuccess.Set(float64(r.clock.Now().UnixNano()) / 1e9)
 		if r.failing {

@@ -297,19 +297,23 @@ var conflictBackoff = wait.Backoff{Steps: 10, Duration: 5 * time.Millisecond, Fa
 
 // write performs one heartbeat: lastHeartbeatTime and the owned conditions
 // in one Status().Update of cached, retrying conflicts a bounded number of
-// times against a fresh read. The caller bounds ctx.
-func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component) error {
+// times against a fresh read. The caller bounds ctx. On success it returns
+// the version written and the versions it was written over (cached's and any
+// read after a conflict).
+func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component) (*addonsv1alpha1.AddonInstance, []string, error) {
 	_, overrides, removed := r.sdkState()
 	obj := cached.DeepCopy()
+	over := []string{obj.ResourceVersion}
 	backoff := conflictBackoff
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			r.metrics.conflicts.Inc()
 			fresh, err := r.kube.getInstance(ctx, r.key)
 			if err != nil {
-				return fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
+				return nil, nil, fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
 			}
 			obj = fresh
+			over = append(over, obj.ResourceVersion)
 		}
 		now := r.clock.Now()
 		if comps != nil {
@@ -327,15 +331,15 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 		obj.Status.LastHeartbeatTime = metav1.NewTime(now)
 		err := r.kube.updateInstanceStatus(ctx, obj)
 		if err == nil {
-			return nil
+			return obj, over, nil
 		}
 		err = fmt.Errorf("updating AddonInstance %s status: %w", r.key, err)
 		if !apierrors.IsConflict(err) || backoff.Steps <= 1 {
-			return err
+			return nil, nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return nil, nil, err
 		case <-r.clock.After(backoff.Step()):
 		}
 	}
