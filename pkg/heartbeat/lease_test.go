@@ -86,68 +86,75 @@ func diff(before, after map[string]int) map[string]int {
 	return out
 }
 
+// On a driven clock the counts are exact: each heartbeat is one status write
+// and one Lease renewal by the leader, and one look at the Lease by the
+// standby (a watch event), which makes no request at all.
 func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testing.T) {
 	const period = time.Second
+	tm := Timings(period)
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", period)
 	rec := record(t, ns, "addon-instance")
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	tick := func(k int) time.Time { return t0.Add(time.Duration(k) * period) }
 	var leaderReqs, standbyReqs requestCounter
-	leader := startReporter(t, leaderReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-a", DeploymentHealth: true})
-	rec.waitBeats(t, 2, 10*time.Second)
-	standby := startReporter(t, standbyReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-b", DeploymentHealth: true})
-	eventually(t, 10*time.Second, "the standby's first look at the Lease", func() (bool, error) {
-		return standby.metric(t, electionAttempts, "result", electionHeld) >= 1, nil
-	})
+	leader := startReporter(t, leaderReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-a", DeploymentHealth: true}, clk.drive)
+	clk.beatAt(t, rec, tick(0))
+	clk.beatAt(t, rec, tick(1))
+	standby := startReporter(t, standbyReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-b", DeploymentHealth: true}, clk.drive)
+	// Its first look (a read) finds the Lease renewed at 1s, and it waits
+	// for the rest of that term.
+	clk.awaitArmed(t, tick(1).Add(tm.LeaseDuration+time.Millisecond), "the standby's first look at the Lease")
 
-	lb, sb, sentBefore, since := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal), time.Now()
-	retriedBefore, looksBefore := leader.metric(t, conflicts), standby.metric(t, electionAttempts, "result", electionHeld)
-	n := len(rec.snapshot())
-	rec.waitBeats(t, n+8, 20*time.Second)
-	la, sa, sent, elapsed := leaderReqs.snapshot(), standbyReqs.snapshot(), leader.metric(t, sentTotal)-sentBefore, time.Since(since)
+	lb, sb := leaderReqs.snapshot(), standbyReqs.snapshot()
+	sentBefore, retriedBefore := leader.metric(t, sentTotal), leader.metric(t, conflicts)
+	looksBefore := standby.metric(t, electionAttempts, "result", electionHeld)
+	const beats = 8
+	for k := 2; k < 2+beats; k++ {
+		clk.beatAt(t, rec, tick(k))
+		// The standby saw the renewal through its watch: it waits from
+		// that moment.
+		clk.awaitArmed(t, tick(k).Add(tm.LeaseDuration+time.Millisecond), "the standby's look at the renewal")
+	}
+	leader.awaitMetric(t, sentTotal, sentBefore+beats)
+	la, sa := leaderReqs.snapshot(), standbyReqs.snapshot()
 	ld, sd := diff(lb, la), diff(sb, sa)
 	retried := leader.metric(t, conflicts) - retriedBefore
 	looks := standby.metric(t, electionAttempts, "result", electionHeld) - looksBefore
-	t.Logf("over %s (%v heartbeats): leader %v; standby %v", elapsed.Round(time.Millisecond), sent, ld, sd)
+	t.Logf("over %d heartbeats: leader %v; standby %v", beats, ld, sd)
 
 	// The leader: per heartbeat one status write and one Lease renewal,
-	// and nothing else (the watches were opened before the window).
-	// Renewal and write share a tick, so the window's edges can split a
-	// pair.
-	// (A write that met a conflict was sent again: rare here, with no
-	// other writer, but possible when the cache lags on a loaded machine.)
-	if got := ld["update addoninstances/status"]; float64(got) != sent+retried {
-		t.Errorf("leader: %d status writes for %v heartbeats and %v conflicts retried", got, sent, retried)
+	// and nothing else (the watches were opened before). A write that met
+	// a conflict was sent again; it writes over its own last version while
+	// its watch lags, so none is expected without another writer.
+	if got := ld["update addoninstances/status"]; got != beats || retried != 0 {
+		t.Errorf("leader: %d status writes and %v conflicts retried for %d heartbeats, want %d and none", got, retried, beats, beats)
 	}
-	if got := ld["update leases"]; float64(got) < sent-1 || float64(got) > sent+1 {
-		t.Errorf("leader: %d Lease writes for %v heartbeats, want one each", got, sent)
+	if got := ld["update leases"]; got != beats {
+		t.Errorf("leader: %d Lease writes for %d heartbeats, want one each", got, beats)
 	}
 	if extra := len(ld) - 2; extra > 0 {
 		t.Errorf("leader: %d other kinds of request: %v", extra, ld)
 	}
-	// The standby: no request at all (its watch on the Lease was opened
-	// before the window), yet it looked at the Lease once per renewal:
-	// the watch brought each one.
+	// The standby: no request at all, yet one look per renewal.
 	if len(sd) != 0 {
 		t.Errorf("standby: %v, want no request while the leader renews", sd)
 	}
-	if looks < sent-2 || looks > sent+2 {
-		t.Errorf("standby: %v looks at the held Lease for %v renewals, want one per renewal", looks, sent)
+	if looks != beats {
+		t.Errorf("standby: %v looks at the held Lease for %d renewals, want one per renewal", looks, beats)
 	}
 	if standby.metric(t, sentTotal) != 0 || standby.IsLeader() {
 		t.Errorf("the standby wrote %v heartbeats", standby.metric(t, sentTotal))
 	}
 
-	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, lease); err != nil {
-		t.Fatal(err)
-	}
-	want := Timings(period)
+	lease := leaseOf(t, ns, "addon-instance")
 	if got := lease.Annotations[PeriodAnnotation]; got != period.String() {
 		t.Errorf("Lease annotation %s = %q, want %q", PeriodAnnotation, got, period)
 	}
 	// 1.5s, rounded up to whole seconds for readers of the field.
-	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || want.LeaseDuration != 1500*time.Millisecond {
-		t.Errorf("leaseDurationSeconds %d for a lease of %s, want 2", got, want.LeaseDuration)
+	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || tm.LeaseDuration != 1500*time.Millisecond {
+		t.Errorf("leaseDurationSeconds %d for a lease of %s, want 2", got, tm.LeaseDuration)
 	}
 	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "pod-a" {
 		t.Errorf("holder %q, want pod-a", got)
@@ -159,50 +166,46 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", period)
 	rec := record(t, ns, "addon-instance")
-	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"})
-	rec.waitBeats(t, 2, 10*time.Second)
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
+	clk.beatAt(t, rec, t0)
+	clk.beatAt(t, rec, t0.Add(period))
+	rn.awaitMetric(t, sentTotal, 2)
 
 	// Another holder (a replica that judged the Lease expired, say) writes
 	// itself in with a long hold.
 	key := client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}
-	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(t.Context(), key, lease); err != nil {
-		t.Fatal(err)
-	}
+	lease := leaseOf(t, ns, "addon-instance")
 	lease.Spec.HolderIdentity = ptr.To("intruder")
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: clk.Now()}
 	if err := k8s.Update(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
-	taken := time.Now()
-	// Its next renewal, within one period, finds the new holder.
-	eventually(t, 3*period, "the leader giving up", func() (bool, error) { return !rn.IsLeader(), nil })
-	t.Logf("stopped leading %s after the Lease was taken", time.Since(taken).Round(time.Millisecond))
-	sent := rn.metric(t, sentTotal)
-	// It now watches the Lease as a standby: each renewal by the intruder
-	// is a look, and none makes it take the Lease back while the
-	// intruder's hold runs.
-	looks := rn.metric(t, electionAttempts, "result", electionHeld)
+	// Its next renewal, at the next tick, finds the new holder: it stops
+	// without writing that heartbeat.
+	clk.fire(t, t0.Add(2*period), "the next tick")
+	eventually(t, driveTimeout, "the leader giving up", func() (bool, error) { return !rn.IsLeader(), nil })
+	// It now watches the Lease as a standby: its first look is a read,
+	// each renewal by the intruder one more, and none makes it take the
+	// Lease back while the intruder's hold runs.
+	rn.awaitMetric(t, electionAttempts, 1, "result", electionHeld)
+	looks := 1.0
 	for i := range 3 {
 		if err := k8s.Get(t.Context(), key, lease); err != nil {
 			t.Fatal(err)
 		}
-		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: clk.Now().Add(time.Duration(i+1) * time.Millisecond)}
 		if err := k8s.Update(t.Context(), lease); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "a look at the renewed Lease", func() (bool, error) {
-			return rn.metric(t, electionAttempts, "result", electionHeld) >= looks+float64(i)+1, nil
-		})
+		rn.awaitMetric(t, electionAttempts, looks+float64(i)+1, "result", electionHeld)
 	}
-	if got := rn.metric(t, sentTotal); got != sent {
-		t.Errorf("%v heartbeats written after the Lease was taken", got-sent)
+	if got := rn.metric(t, sentTotal); got != 2 {
+		t.Errorf("%v heartbeats written after the Lease was taken", got-2)
 	}
-	if err := k8s.Get(t.Context(), key, lease); err != nil {
-		t.Fatal(err)
-	}
-	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "intruder" {
+	if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "intruder" {
 		t.Errorf("holder %q, want the intruder", got)
 	}
 	if got := rn.metric(t, isLeader); got != 0 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,85 +38,83 @@ const (
 	electionAttempts = "addon_heartbeat_election_attempts_total"
 )
 
-// onGrid checks that heartbeats fall on a fixed schedule, first + k x period
-// (±300ms), which is what "no drift" means. lastHeartbeatTime has second
-// precision, so a heartbeat written in the same second as the one before
-// can be invisible (an identical status is not a new version); at most one
-// such merge is allowed.
-func onGrid(t *testing.T, bs []beat, period time.Duration) {
-	t.Helper()
-	const tolerance = 300 * time.Millisecond
-	var offsets []time.Duration
-	for i, b := range bs {
-		d := b.at.Sub(bs[0].at)
-		offsets = append(offsets, d)
-		k := int((d + period/2) / period)
-		if off := d - time.Duration(k)*period; off < -tolerance || off > tolerance {
-			t.Errorf("heartbeat %d at %s is %s off the %s schedule (all: %v)", i, d, off, period, offsets)
-		}
-		if k < i || k > i+1 {
-			t.Errorf("heartbeat %d falls on tick %d of the %s schedule (all: %v)", i, k, period, offsets)
-		}
-	}
-}
-
-// within fails unless d is within tolerance of want.
-func within(t *testing.T, what string, d, want, tolerance time.Duration) {
-	t.Helper()
-	if d < want-tolerance || d > want+tolerance {
-		t.Errorf("%s = %s, want %s ± %s", what, d, want, tolerance)
-	}
-}
-
-func TestHeartbeatsArriveAtTheSpecPeriodAndFollowItsChanges(t *testing.T) {
+// Heartbeats fall on origin + k x period exactly, and follow a change of the
+// period through the API server. The Reporter runs on a driven clock: the
+// test moves it only to the deadline the schedule promises, once the Reporter
+// has armed exactly that deadline, so every time compared here is exact and
+// none depends on how loaded the machine is. (The loop's own schedule, with
+// slow and failing writes, is tested in loop_test.go.)
+func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T) {
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", 2*time.Second)
 	rec := record(t, ns, "addon-instance")
-	started := time.Now()
-	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"})
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"}, clk.drive)
+	var want []float64
+	beats := func(secs ...float64) {
+		t.Helper()
+		for _, s := range secs {
+			clk.beatAt(t, rec, at(s))
+			want = append(want, s)
+		}
+	}
 
-	bs := rec.waitBeats(t, 5, 20*time.Second)
-	if first := bs[0].at.Sub(started); first > time.Second {
-		t.Errorf("first heartbeat %s after start, want it at once", first)
-	}
-	onGrid(t, bs[:5], 2*time.Second)
-	// lastHeartbeatTime itself (second precision) moves by the period.
-	within(t, "lastHeartbeatTime over the first five", bs[4].hb.Sub(bs[0].hb), bs[4].at.Sub(bs[0].at).Round(2*time.Second), time.Second)
+	// The first at once (the clock has not moved), then every 2s.
+	beats(0, 2, 4, 6)
 
-	// The operator shortens the period: followed within one (new) period.
-	ai := getInstance(t, ns, "addon-instance")
-	ai.Spec.HeartbeatUpdatePeriod = metav1.Duration{Duration: time.Second}
-	if err := k8s.Update(t.Context(), ai); err != nil {
-		t.Fatal(err)
+	// The operator lengthens the period to 3s at 7s: a heartbeat at once,
+	// which renews the Lease for the new period (the hold from the tick at
+	// 6s would end at 8.5s, before 6s + 3s), then every 3s from there.
+	clk.setTime(at(7))
+	setPeriod(t, ns, "addon-instance", 3*time.Second)
+	beats(7, 10, 13)
+	if p := leaseOf(t, ns, "addon-instance").Annotations[PeriodAnnotation]; p != "3s" {
+		t.Errorf("Lease announces period %q after the change, want 3s", p)
 	}
-	changed := time.Now()
-	n := len(rec.snapshot())
-	bs = rec.waitBeats(t, n+6, 15*time.Second)
-	after := beatsAfter(bs, changed)
-	if first := after[0].at.Sub(changed); first > 1300*time.Millisecond {
-		t.Errorf("first heartbeat %s after the period change, want within the new period", first)
-	}
-	// The first may still be on the old schedule (a tick due as the change
-	// arrived); from the next one on, the new schedule holds.
-	onGrid(t, after[1:], time.Second)
 
-	// And lengthened again.
-	ai = getInstance(t, ns, "addon-instance")
-	ai.Spec.HeartbeatUpdatePeriod = metav1.Duration{Duration: 3 * time.Second}
-	if err := k8s.Update(t.Context(), ai); err != nil {
-		t.Fatal(err)
+	// And shortens it to 1s at 13.5s: the next heartbeat is one new period
+	// after the last one (14s), not the old schedule's 16s.
+	clk.setTime(at(13.5))
+	setPeriod(t, ns, "addon-instance", time.Second)
+	beats(14, 15, 16)
+
+	var got []float64
+	for _, b := range rec.snapshot() {
+		got = append(got, b.hb.Sub(t0).Seconds())
 	}
-	changed = time.Now()
-	n = len(rec.snapshot())
-	bs = rec.waitBeats(t, n+3, 15*time.Second)
-	after = beatsAfter(bs, changed)
-	if first := after[0].at.Sub(changed); first > 3300*time.Millisecond {
-		t.Errorf("first heartbeat %s after the period change, want within one period", first)
+	if !slices.Equal(got, want) {
+		t.Errorf("heartbeats at %v s, want exactly %v", got, want)
 	}
-	onGrid(t, after, 3*time.Second)
+	// One term throughout: no period change cost the Lease.
+	if n := rn.metric(t, electionAttempts, "result", electionAcquired); n != 1 {
+		t.Errorf("the Lease was acquired %v times, want once:\n%s", n, rn.logs)
+	}
 	if f := rn.metric(t, failTotal); f != 0 {
 		t.Errorf("%v failed heartbeats", f)
 	}
+}
+
+// setPeriod sets an AddonInstance's heartbeatUpdatePeriod, as the operator
+// does.
+func setPeriod(t *testing.T, ns, name string, period time.Duration) {
+	t.Helper()
+	ai := getInstance(t, ns, name)
+	ai.Spec.HeartbeatUpdatePeriod = metav1.Duration{Duration: period}
+	if err := k8s.Update(t.Context(), ai); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leaseOf reads the election Lease of an AddonInstance.
+func leaseOf(t *testing.T, ns, instance string) *coordinationv1.Lease {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName(instance)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	return lease
 }
 
 func TestNeverWritesHealthyNorTheSpec(t *testing.T) {
@@ -123,7 +122,7 @@ func TestNeverWritesHealthyNorTheSpec(t *testing.T) {
 	before := createInstance(t, ns, "addon-instance", time.Second)
 	rec := record(t, ns, "addon-instance")
 	startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
-	rec.waitBeats(t, 6, 15*time.Second)
+	rec.waitBeats(t, 6, 30*time.Second)
 
 	after := getInstance(t, ns, "addon-instance")
 	if after.Generation != before.Generation {
@@ -188,9 +187,16 @@ func operator(ctx context.Context, ns, name string, every time.Duration, conflic
 	}
 }
 
+// The operator writes Healthy with full status updates from a stale cache
+// while the reporter heartbeats: neither loses the other's condition and the
+// reporter retries its conflicts. This one runs on the real clock (the
+// reporter's conflict retries wait on it), so its time bound is the
+// operator's own rule, no gap of 3 periods, which the product keeps on any
+// machine: the reporter retries a conflict within the same period.
 func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testing.T) {
+	const period = 2 * time.Second
 	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", time.Second)
+	createInstance(t, ns, "addon-instance", period)
 	rec := record(t, ns, "addon-instance")
 	// Whether the reporter's write meets a newer version by chance depends
 	// on how fresh its cache is at that instant; to make its conflict path
@@ -210,27 +216,30 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 		})
 	}
 	rn := startReporter(t, cfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
-	rec.waitBeats(t, 1, 10*time.Second)
+	rec.waitBeats(t, 1, 30*time.Second)
 
+	// An operator far busier than the real one (every 10s): its cached
+	// copy is stale after each heartbeat, so its next write conflicts.
 	ctx, stopOperator := context.WithCancel(t.Context())
 	var opConflicts atomic.Int64
 	opDone := make(chan struct{})
 	go func() {
 		defer close(opDone)
-		operator(ctx, ns, "addon-instance", 20*time.Millisecond, &opConflicts)
+		operator(ctx, ns, "addon-instance", 100*time.Millisecond, &opConflicts)
 	}()
-	eventually(t, 5*time.Second, "the operator's Healthy", func() (bool, error) {
+	eventually(t, 30*time.Second, "the operator's Healthy", func() (bool, error) {
 		return meta.IsStatusConditionTrue(getInstance(t, ns, "addon-instance").Status.Conditions, ConditionHealthy), nil
 	})
 	healthySince := len(rec.allVersions())
 	n := len(rec.snapshot())
 	sentBefore, since := rn.metric(t, sentTotal), time.Now()
-	bs := rec.waitBeats(t, n+8, 20*time.Second)
+	bs := rec.waitBeats(t, n+6, 60*time.Second)
 	stopOperator()
 	<-opDone
 	sent, elapsed := rn.metric(t, sentTotal)-sentBefore, time.Since(since)
-	if ticks := elapsed.Seconds(); sent < ticks-1 || sent > ticks+1 {
-		t.Errorf("%v heartbeats written in %s at a 1s period", sent, elapsed)
+	// Never more often than the schedule (load can only delay a write).
+	if ticks := elapsed.Seconds() / period.Seconds(); sent > ticks+1 {
+		t.Errorf("%v heartbeats written in %s at a %s period", sent, elapsed, period)
 	}
 
 	// Every version after Healthy first appeared still has it, and ours.
@@ -243,18 +252,15 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 			t.Fatalf("version %s lost Degraded: %+v", v.ResourceVersion, v.Status.Conditions)
 		}
 	}
-	// lastHeartbeatTime has second precision: a heartbeat delayed by
-	// conflict retries into the next second can merge with the one after.
 	for _, g := range gaps(bs[n:]) {
-		if g > 2300*time.Millisecond {
-			t.Errorf("heartbeat gap %s under concurrent writes (period 1s)", g)
+		if g >= 3*period {
+			t.Errorf("heartbeat gap %s under concurrent writes: the operator times out at 3 x %s", g, period)
 		}
 	}
-	// The operator here writes 50 times a second (the real one every 10s),
-	// so a write can still run out of retries on a loaded machine; it is
-	// retried within the period, which the count above proves.
-	if f := rn.metric(t, failTotal); f > 2 {
-		t.Errorf("%v heartbeats failed; conflicts must be retried", f)
+	// No heartbeat ran out of conflict retries: each conflict was retried
+	// against a fresh read within the write's deadline.
+	if f := rn.metric(t, failTotal, "reason", failConflict); f != 0 {
+		t.Errorf("%v heartbeats failed on conflicts; they must be retried", f)
 	}
 	ours := rn.metric(t, conflicts)
 	t.Logf("%d status versions, operator conflicts %d, reporter conflicts retried %v, heartbeats sent %v, failed %v",
@@ -286,6 +292,10 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// Two Reporters for one AddonInstance: only the Lease holder writes, and when
+// it stops the other takes over, at once after a release (SIGTERM) and one
+// lease duration after the last renewal when it dies holding the Lease
+// (SIGKILL). Both run on one driven clock, so the takeover times are exact.
 func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 	tests := map[string]struct {
 		release bool
@@ -296,14 +306,25 @@ func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			const period = 2 * time.Second
+			tm := Timings(period)
 			ns := newNamespace(t)
 			createInstance(t, ns, "addon-instance", period)
 			rec := record(t, ns, "addon-instance")
+			clk := newDrivenClock(t)
+			t0 := clk.Now()
 			keep := func(r *Reporter) { r.releaseOnCancel = tt.release }
-			a := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, keep)
-			b := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, keep)
-			rec.waitBeats(t, 4, 20*time.Second)
+			a := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive)
+			b := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, keep, clk.drive)
 
+			// Three heartbeats, the standby watching each renewal: it then
+			// waits for one lease duration after it (plus 1ms) to look
+			// again.
+			var last time.Time
+			for k := range 3 {
+				last = t0.Add(time.Duration(k) * period)
+				clk.beatAt(t, rec, last)
+				clk.awaitArmed(t, last.Add(tm.LeaseDuration+time.Millisecond), "the standby's wait after the renewal")
+			}
 			leader, standby := a, b
 			if b.IsLeader() {
 				leader, standby = b, a
@@ -311,52 +332,50 @@ func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 			if !leader.IsLeader() || standby.IsLeader() {
 				t.Fatalf("leaders: a=%v b=%v, want exactly one", a.IsLeader(), b.IsLeader())
 			}
-			if leader.metric(t, sentTotal) < 3 || standby.metric(t, sentTotal) != 0 {
-				t.Fatalf("heartbeats sent: leader %v, standby %v: want only the leader to write",
+			// The counter moves just after the write the recorder saw.
+			leader.awaitMetric(t, sentTotal, 3)
+			if standby.metric(t, sentTotal) != 0 {
+				t.Fatalf("heartbeats sent: leader %v, standby %v: want 3 by the leader only",
 					leader.metric(t, sentTotal), standby.metric(t, sentTotal))
 			}
 			if leader.metric(t, isLeader) != 1 || standby.metric(t, isLeader) != 0 {
 				t.Errorf("is_leader gauges: leader %v, standby %v", leader.metric(t, isLeader), standby.metric(t, isLeader))
 			}
-			lease := &coordinationv1.Lease{}
-			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, lease); err != nil {
-				t.Fatal(err)
-			}
-			if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != leader.opts.Identity {
+			if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != leader.opts.Identity {
 				t.Errorf("Lease holder %q, want %q", got, leader.opts.Identity)
 			}
 
-			stopped := time.Now()
 			leader.stop(t)
 			sentByOld := leader.metric(t, sentTotal)
-			// The standby's first write may land in the same second as the
-			// old leader's last one (lastHeartbeatTime has second
-			// precision), so the takeover is timed on its own counter.
-			eventually(t, 3*period, "the standby's first heartbeat", func() (bool, error) {
-				return standby.metric(t, sentTotal) >= 1, nil
-			})
-			takeover := time.Since(stopped)
-			n := len(rec.snapshot())
-			bs := rec.waitBeats(t, n+2, 20*time.Second)
+			var first, next time.Time
+			if tt.release {
+				// The watch brings the release and the standby takes the
+				// Lease and writes without the clock moving at all.
+				first, next = last, last.Add(period)
+				clk.fireUntil(t, first, "the standby's first heartbeat", func() bool {
+					return standby.metric(t, sentTotal) >= 1
+				})
+			} else {
+				// Nothing comes; its look one lease duration after the
+				// last renewal finds the Lease expired.
+				first = last.Add(tm.LeaseDuration + time.Millisecond)
+				next = first.Add(period)
+				clk.fire(t, first, "the standby's look at the expired Lease")
+				clk.beatAt(t, rec, first)
+			}
+			if took := first.Sub(last); took >= 2*period {
+				t.Errorf("takeover %s after the last heartbeat, want under 2 periods", took)
+			}
+			clk.beatAt(t, rec, next)
+			standby.awaitMetric(t, sentTotal, 2)
 			if !standby.IsLeader() {
-				t.Errorf("the standby is not leading")
+				t.Errorf("the new leader is not leading")
 			}
 			if leader.metric(t, sentTotal) != sentByOld {
 				t.Errorf("the stopped leader kept writing")
 			}
-			worst := time.Duration(0)
-			for _, g := range gaps(bs) {
-				worst = max(worst, g)
-			}
-			t.Logf("the standby wrote %s after the leader stopped; largest gap between heartbeats %s (operator timeout %s)",
-				takeover, worst, 3*period)
-			if worst >= 3*period {
-				t.Errorf("heartbeat gap %s >= 3 x period", worst)
-			}
-			// The watch brings the release: the standby takes over at once,
-			// not at its next look.
-			if tt.release && takeover > period/2 {
-				t.Errorf("takeover after a release took %s, want under half a period", takeover)
+			if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != standby.opts.Identity {
+				t.Errorf("Lease holder %q after the takeover, want %q", got, standby.opts.Identity)
 			}
 		})
 	}
@@ -411,7 +430,7 @@ func waitCondition(t *testing.T, ns, name, condType string, status metav1.Condit
 	t.Helper()
 	var last *metav1.Condition
 	err := func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		for ctx.Err() == nil {
 			ai := &addonsv1alpha1.AddonInstance{}
@@ -495,7 +514,7 @@ func TestMarkedForDeletionDrivesReadyToBeDeleted(t *testing.T) {
 			createInstance(t, ns, "addon-instance", time.Second)
 			rec := record(t, ns, "addon-instance")
 			rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DeleteAck: tt.ack})
-			rec.waitBeats(t, 2, 10*time.Second)
+			rec.waitBeats(t, 2, 30*time.Second)
 			if c := meta.FindStatusCondition(getInstance(t, ns, "addon-instance").Status.Conditions, ConditionReadyToBeDeleted); c != nil {
 				t.Fatalf("ReadyToBeDeleted before deletion was asked: %+v", c)
 			}
@@ -510,7 +529,7 @@ func TestMarkedForDeletionDrivesReadyToBeDeleted(t *testing.T) {
 			if tt.ack == annotations.DeleteAckManual {
 				// Stays False over several heartbeats until the addon says so.
 				n := len(rec.snapshot())
-				for _, b := range rec.waitBeats(t, n+3, 10*time.Second)[n:] {
+				for _, b := range rec.waitBeats(t, n+3, 30*time.Second)[n:] {
 					if meta.IsStatusConditionTrue(b.obj.Status.Conditions, ConditionReadyToBeDeleted) {
 						t.Fatalf("ReadyToBeDeleted=True with delete-ack manual and no acknowledgement")
 					}
@@ -560,39 +579,38 @@ func TestSDKConditionsAndHealth(t *testing.T) {
 	waitCondition(t, ns, "addon-instance", "example.com/Synced", "", "", "")
 }
 
+// On a driven clock: the first heartbeat goes out the moment the
+// AddonInstance appears (the clock does not move), and again when it is
+// deleted and created anew.
 func TestWaitsForTheInstanceAndResumesWhenItIsRecreated(t *testing.T) {
 	ns := newNamespace(t)
 	rec := record(t, ns, "addon-instance")
-	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"})
-	eventually(t, 10*time.Second, "leading without an AddonInstance", func() (bool, error) {
-		return rn.IsLeader() && rn.logs.count("waiting for the AddonInstance to exist") == 1, nil
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"}, clk.drive)
+	clk.fireUntil(t, t0, "leading without an AddonInstance", func() bool {
+		return rn.IsLeader() && rn.logs.count("waiting for the AddonInstance to exist") == 1
 	})
 
-	created := time.Now()
 	createInstance(t, ns, "addon-instance", time.Second)
-	bs := rec.waitBeats(t, 3, 10*time.Second)
-	if d := bs[0].at.Sub(created); d > time.Second {
-		t.Errorf("first heartbeat %s after the AddonInstance was created, want at once", d)
-	}
-	first := bs[0].uid
+	first := clk.beatAt(t, rec, t0).uid
+	clk.beatAt(t, rec, t0.Add(time.Second))
 
 	if err := k8s.Delete(t.Context(), getInstance(t, ns, "addon-instance")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "deletion seen", func() (bool, error) {
+	eventually(t, driveTimeout, "deletion seen", func() (bool, error) {
 		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "addon-instance"}, &addonsv1alpha1.AddonInstance{})
 		return apierrors.IsNotFound(err), nil
 	})
+	recreated := t0.Add(2500 * time.Millisecond)
+	clk.setTime(recreated)
 	createInstance(t, ns, "addon-instance", time.Second)
-	eventually(t, 10*time.Second, "heartbeats on the recreated AddonInstance", func() (bool, error) {
-		n := 0
-		for _, b := range rec.snapshot() {
-			if b.uid != first {
-				n++
-			}
+	for _, at := range []time.Time{recreated, recreated.Add(time.Second)} {
+		if b := clk.beatAt(t, rec, at); b.uid == first {
+			t.Errorf("the heartbeat at %s went to the deleted AddonInstance", at.Sub(t0))
 		}
-		return n >= 2, nil
-	})
+	}
 	if rn.exited() {
 		t.Fatal("the reporter stopped")
 	}
@@ -608,7 +626,7 @@ func TestForbiddenIsLoggedClearlyRateLimitedAndRecovers(t *testing.T) {
 	rn := startReporter(t, cfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
 
 	// Several election attempts, each forbidden: logged once.
-	eventually(t, 20*time.Second, "three forbidden election attempts", func() (bool, error) {
+	eventually(t, 60*time.Second, "three forbidden election attempts", func() (bool, error) {
 		return rn.metric(t, electionAttempts, "result", "error") >= 3, nil
 	})
 	if n := rn.logs.count("forbidden", `cannot get resource \"leases\"`); n != 1 {
@@ -658,10 +676,10 @@ func TestFootprintIsFlat(t *testing.T) {
 	runtime.ReadMemStats(&ms0)
 
 	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
-	rec.waitBeats(t, 3, 10*time.Second)
+	rec.waitBeats(t, 3, 30*time.Second)
 	g1 := runtime.NumGoroutine()
 	n := len(rec.snapshot())
-	rec.waitBeats(t, n+5, 15*time.Second)
+	rec.waitBeats(t, n+5, 30*time.Second)
 	g2 := runtime.NumGoroutine()
 	runtime.GC()
 	var ms1 runtime.MemStats
@@ -669,9 +687,10 @@ func TestFootprintIsFlat(t *testing.T) {
 	t.Logf("reporter goroutines: %d after 3 heartbeats, %d after 8; live heap added by the reporter (after GC): %.2f MiB",
 		g1-base, g2-base, (float64(ms1.HeapAlloc)-float64(ms0.HeapAlloc))/(1<<20))
 	// A leak stays; a goroutine of the moment (an HTTP/2 stream, a timer
-	// firing in client-go) ends within a heartbeat.
+	// firing in client-go) ends soon after. Waiting longer for it cannot
+	// hide a leak, so the wait is generous for a loaded machine.
 	settled := g2
-	_ = wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, time.Second, true, func(context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		settled = runtime.NumGoroutine()
 		return settled <= g1, nil
 	})
@@ -679,7 +698,7 @@ func TestFootprintIsFlat(t *testing.T) {
 		t.Errorf("goroutines grew from %d to %d over 5 heartbeats (%d a second later)", g1, g2, settled)
 	}
 	rn.stop(t)
-	eventually(t, 10*time.Second, "goroutines back to where they were", func() (bool, error) {
+	eventually(t, 30*time.Second, "goroutines back to where they were", func() (bool, error) {
 		return runtime.NumGoroutine() <= base+2, nil // the shared HTTP transport keeps idle connections
 	})
 }
@@ -689,7 +708,7 @@ func TestWithoutItsOwnElectionItCreatesNoLease(t *testing.T) {
 	createInstance(t, ns, "addon-instance", time.Second)
 	rec := record(t, ns, "addon-instance")
 	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DisableLeaderElection: true})
-	rec.waitBeats(t, 2, 10*time.Second)
+	rec.waitBeats(t, 2, 30*time.Second)
 	if !rn.IsLeader() || rn.metric(t, isLeader) != 1 {
 		t.Errorf("a Reporter gated by its manager's election reports itself as not leading")
 	}

@@ -209,6 +209,22 @@ func (rn *running) metric(t *testing.T, name string, label ...string) float64 {
 	return sum
 }
 
+// awaitMetric waits until a metric (optionally only the samples with a label
+// value) reaches want: a counter moves just after
+// the write that a watch may already have delivered. It fails the test when
+// the metric passes want or stays below it.
+func (rn *running) awaitMetric(t *testing.T, name string, want float64, label ...string) {
+	t.Helper()
+	var got float64
+	err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got = rn.metric(t, name, label...)
+		return got >= want, nil
+	})
+	if err != nil || got != want {
+		t.Fatalf("%s = %v, want %v", name, got, want)
+	}
+}
+
 // beat is one heartbeat seen through a watch.
 type beat struct {
 	at   time.Time // when the watch delivered it

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
@@ -50,16 +51,27 @@ func TestTwoAddons(t *testing.T) {
 	recA.waitCondition(t, degraded, metav1.ConditionFalse, 20*time.Second)
 	recB.waitCondition(t, degraded, metav1.ConditionFalse, 20*time.Second)
 
-	// Each at its own period: over a few periods, writes keep coming and no
-	// gap reaches 1.5 periods.
-	from := time.Now()
-	recA.waitWrites(t, 4, 10*periodA)
-	recB.waitWrites(t, 4, 10*periodB)
-	if g := recA.MaxGap(from, time.Now()); g >= periodA*3/2 {
-		t.Errorf("addon A (period %s): longest gap between heartbeats %s", periodA, g)
-	}
-	if g := recB.MaxGap(from, time.Now()); g >= periodB*3/2 {
-		t.Errorf("addon B (period %s): longest gap between heartbeats %s", periodB, g)
+	// Each at its own period: its leader announces that period on the
+	// Lease and renews it with each heartbeat; over a few periods writes
+	// keep coming, never more often than the period (load only delays a
+	// write) and with no gap that reaches the operator's 3 periods.
+	for _, a := range []struct {
+		ns     string
+		period time.Duration
+		rec    *heartbeatRecorder
+	}{{nsA, periodA, recA}, {nsB, periodB, recB}} {
+		from, count := time.Now(), a.rec.Count()
+		a.rec.waitWrites(t, 4, 20*a.period)
+		to := time.Now()
+		if p := leaseOf(t, a.ns, "addon-instance").Annotations[heartbeat.PeriodAnnotation]; p != a.period.String() {
+			t.Errorf("%s: the leader follows period %q, want %s", a.ns, p, a.period)
+		}
+		if n, most := a.rec.Count()-count, int(to.Sub(from)/a.period)+1; n > most {
+			t.Errorf("%s: %d heartbeats in %s at a %s period, want at most %d", a.ns, n, to.Sub(from), a.period, most)
+		}
+		if g := a.rec.MaxGap(from, to); g >= 3*a.period {
+			t.Errorf("%s (period %s): longest gap between heartbeats %s", a.ns, a.period, g)
+		}
 	}
 
 	// One component of B goes down: B is Degraded naming it, A is not.
@@ -138,8 +150,26 @@ func reporterFor(t *testing.T, reps []*localcluster.Reporter, identity string) *
 	return nil
 }
 
-// kill -9 of the leading reporter: heartbeats continue with no gap of 3 x
-// period; a SIGTERM hand-over leaves no gap of a period.
+// leaseOf reads the election Lease of an AddonInstance.
+func leaseOf(t *testing.T, ns, instance string) *coordinationv1.Lease {
+	t.Helper()
+	var l coordinationv1.Lease
+	if err := cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName(instance)}, &l); err != nil {
+		t.Fatal(err)
+	}
+	return &l
+}
+
+// kill -9 of the leading reporter: a standby takes the Lease over once it
+// has expired; SIGTERM: the leader releases it and a standby takes it
+// without waiting. Either way heartbeats continue with no gap of 3 periods,
+// the operator's timeout. The times bounded here are the product's
+// guarantees with room for a loaded machine, not this machine's figures:
+// after a SIGKILL the gap is at most 2 periods plus the new leader's first
+// write (BENCHMARKS.md measures 1.6 at most), after a SIGTERM about one
+// period. How a release is taken at once, and an expired Lease exactly 1.5
+// periods after its last renewal, is proven on a driven clock in
+// pkg/heartbeat (TestOneWriterPerInstanceAndTakeover).
 func TestLeaderFailover(t *testing.T) {
 	ns := newNamespace(t, "failover")
 	period := 2 * time.Second
@@ -151,23 +181,32 @@ func TestLeaderFailover(t *testing.T) {
 	rec.waitWrites(t, 2, 10*period)
 
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		leader := reporterFor(t, reps, leaderOf(t, ns, "addon-instance"))
-		rec.waitWrites(t, 1, 3*period)
+		holder := leaderOf(t, ns, "addon-instance")
+		leader := reporterFor(t, reps, holder)
+		rec.waitWrites(t, 1, 10*period)
+		transitions := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.LeaseTransitions, 0)
 		from := time.Now()
 		if err := leader.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
 		<-leader.Done()
-		rec.waitWrites(t, 3, 6*period)
+		rec.waitWrites(t, 3, 20*period)
 		gap := rec.MaxGap(from, time.Now())
 		t.Logf("%s of the leader: first heartbeat %s after the signal, longest heartbeat gap %s (period %s)",
 			sig, rec.FirstWriteAfter(from).Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond), period)
-		limit := 3 * period
-		if sig == syscall.SIGTERM {
-			limit = period + period/2
+		if gap >= 3*period {
+			t.Errorf("after %s of the leader the longest heartbeat gap was %s, want < %s", sig, gap, 3*period)
 		}
-		if gap >= limit {
-			t.Errorf("after %s of the leader the longest heartbeat gap was %s, want < %s", sig, gap, limit)
+		// Taking over a released Lease is not a transition from one
+		// holder to another; taking over an expired one is.
+		lease := leaseOf(t, ns, "addon-instance")
+		want := transitions + 1
+		if sig == syscall.SIGTERM {
+			want = transitions
+		}
+		if got := ptr.Deref(lease.Spec.LeaseTransitions, 0); ptr.Deref(lease.Spec.HolderIdentity, "") == holder || got != want {
+			t.Errorf("after %s: Lease held by %q with %d transitions (was %q, %d), want another holder and %d",
+				sig, ptr.Deref(lease.Spec.HolderIdentity, ""), got, holder, transitions, want)
 		}
 	}
 }
