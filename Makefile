@@ -25,6 +25,10 @@ test: ## Run every test against a real kube-apiserver and etcd.
 	@assets="$(ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
+.PHONY: test-stress
+test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a CPU hog on every core.
+	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" hack/test-stress.sh
+
 .PHONY: demo
 demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).
 	@echo "==> Compiling the demo driver (the first time, Go downloads and builds its modules: a few minutes)"
