@@ -85,6 +85,10 @@ type Options struct {
 	// namespaces it selects.
 	NamespaceSelector string
 
+	// Platform is the kind of cluster (inject.Platform): it decides the
+	// injected reporter's security context.
+	Platform string
+
 	// Reporter settings, turned into inject.Config by Validate.
 	ReporterImage           string
 	ReporterImagePullPolicy string
@@ -135,6 +139,7 @@ func DefaultOptions() Options {
 		HealthProbeBindAddress:  ":8081",
 		LogLevel:                logging.LevelInfo,
 		ShutdownTimeout:         15 * time.Second,
+		Platform:                string(d.Platform),
 		ReporterImagePullPolicy: string(d.ImagePullPolicy),
 		NativeSidecar:           d.NativeSidecar,
 		ReporterCPURequest:      d.Resources.Requests.Cpu().String(),
@@ -156,6 +161,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of /healthz and /readyz; 0 disables them.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: debug, info or error.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to finish in-flight reviews after SIGTERM.")
+	fs.StringVar(&o.Platform, "platform", o.Platform, "The kind of cluster, kubernetes or openshift: the injected reporter's security context is Kubernetes' restricted profile, or what every OpenShift SCC admits (the UID, GID and seccomp profile left to the SCC).")
 	fs.StringVar(&o.ReporterImage, "reporter-image", o.ReporterImage, "Image of the injected reporter (required).")
 	fs.StringVar(&o.ReporterImagePullPolicy, "reporter-image-pull-policy", o.ReporterImagePullPolicy, "Pull policy of the injected reporter: Always, IfNotPresent or Never.")
 	fs.BoolVar(&o.NativeSidecar, "native-sidecar", o.NativeSidecar, "Inject the reporter as a native sidecar (Kubernetes 1.29+); false injects a plain container.")
@@ -238,7 +244,12 @@ func (o Options) InjectConfig() (inject.Config, error) {
 		}
 		return q
 	}
+	platform, err := inject.ParsePlatform(o.Platform)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--platform: %w", err))
+	}
 	cfg := inject.Config{
+		Platform:        platform,
 		Image:           o.ReporterImage,
 		ImagePullPolicy: corev1.PullPolicy(o.ReporterImagePullPolicy),
 		NativeSidecar:   o.NativeSidecar,
@@ -390,7 +401,7 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 	log.Info("starting the webhook", "port", o.Port, "certMode", o.CertMode, "certDir", o.CertDir,
-		"reporterImage", cfg.Image, "nativeSidecar", cfg.NativeSidecar, "leaderElect", o.LeaderElect, "rbac", manageRBAC)
+		"platform", cfg.Platform, "reporterImage", cfg.Image, "nativeSidecar", cfg.NativeSidecar, "leaderElect", o.LeaderElect, "rbac", manageRBAC)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
 func parseOptions(args ...string) (Options, error) {
@@ -30,7 +32,7 @@ func TestOptions(t *testing.T) {
 		"defaults need an image": {args: nil, wantErr: []string{"reporter image: must be set"}},
 		"minimal": {args: []string{"--reporter-image=r:v1"}, check: func(t *testing.T, o Options) {
 			cfg, _ := o.InjectConfig()
-			if !cfg.NativeSidecar || cfg.HealthPort != 9781 || cfg.ImagePullPolicy != corev1.PullIfNotPresent {
+			if !cfg.NativeSidecar || cfg.HealthPort != 9781 || cfg.ImagePullPolicy != corev1.PullIfNotPresent || cfg.Platform != inject.Kubernetes {
 				t.Errorf("defaults: %+v", cfg)
 			}
 		}},
@@ -47,6 +49,12 @@ func TestOptions(t *testing.T) {
 					t.Errorf("memory limit %s", q.String())
 				}
 			}},
+		"openshift": {args: []string{"--reporter-image=r:v1", "--platform=openshift"}, check: func(t *testing.T, o Options) {
+			if cfg, _ := o.InjectConfig(); cfg.Platform != inject.OpenShift {
+				t.Errorf("platform %q", cfg.Platform)
+			}
+		}},
+		"bad platform":   {args: []string{"--reporter-image=r:v1", "--platform=okd"}, wantErr: []string{"--platform", `"okd"`, "kubernetes or openshift"}},
 		"bad quantity":   {args: []string{"--reporter-image=r:v1", "--reporter-memory-limit=lots"}, wantErr: []string{`--reporter-memory-limit="lots"`, "quantity"}},
 		"bad port":       {args: []string{"--reporter-image=r:v1", "--port=0"}, wantErr: []string{"--port=0"}},
 		"bad log level":  {args: []string{"--reporter-image=r:v1", "--log-level=verbose"}, wantErr: []string{"--log-level", `"verbose"`}},

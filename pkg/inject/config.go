@@ -32,10 +32,42 @@ const (
 	DefaultHealthPort  int32 = 9781
 	DefaultMetricsPort int32 = 9782
 
-	// reporterUID is the non-root user the reporter runs as (distroless
-	// "nonroot").
+	// reporterUID is the non-root user the reporter runs as on Kubernetes
+	// (distroless "nonroot"). On OpenShift the SCC assigns one instead.
 	reporterUID int64 = 65532
 )
+
+// Platform is the kind of cluster the reporter is injected on; it decides the
+// reporter's security context.
+type Platform string
+
+const (
+	// Kubernetes: the restricted Pod Security profile, set in full on the
+	// container (a fixed non-root UID and GID, RuntimeDefault seccomp), so
+	// that the pod passes whatever its own security context says.
+	Kubernetes Platform = "kubernetes"
+	// OpenShift: what every SCC admits. The SCC assigns the UID (from the
+	// namespace's openshift.io/sa.scc.uid-range under restricted-v2, which
+	// refuses a fixed UID such as 65532), and a container-level seccomp
+	// profile is refused by the anyuid, restricted and nonroot SCCs, which
+	// allow none; every container of a pod must pass under one SCC. So
+	// runAsUser, runAsGroup and seccompProfile are left unset for the SCC
+	// to fill in (restricted-v2 sets RuntimeDefault at pod level), and
+	// only what every SCC allows is kept: non-root, no privilege
+	// escalation, no capabilities, a read-only root filesystem. The image
+	// runs under any UID with GID 0.
+	OpenShift Platform = "openshift"
+)
+
+// ParsePlatform accepts the names of the platforms.
+func ParsePlatform(v string) (Platform, error) {
+	switch p := Platform(v); p {
+	case Kubernetes, OpenShift:
+		return p, nil
+	default:
+		return "", fmt.Errorf("platform %q: expected %s or %s", v, Kubernetes, OpenShift)
+	}
+}
 
 // Config is what the cluster admin chooses for every injected reporter (chart
 // values, webhook flags). It is the same for every Deployment; per-Deployment
@@ -45,6 +77,9 @@ type Config struct {
 	Image string
 	// ImagePullPolicy of the reporter container.
 	ImagePullPolicy corev1.PullPolicy
+	// Platform decides the reporter's security context; Kubernetes when
+	// empty.
+	Platform Platform
 	// NativeSidecar injects the reporter as an initContainer with
 	// restartPolicy Always (Kubernetes 1.29+). When false, it is a plain
 	// container, for older clusters.
@@ -66,6 +101,7 @@ type Config struct {
 // DefaultConfig is a Config with sensible defaults and no image.
 func DefaultConfig() Config {
 	return Config{
+		Platform:        Kubernetes,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		NativeSidecar:   true,
 		// Measured (BENCHMARKS.md): about 20 MiB resident after minutes at
@@ -92,6 +128,11 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Image == "" {
 		errs = append(errs, errors.New("reporter image: must be set"))
+	}
+	if c.Platform != "" {
+		if _, err := ParsePlatform(string(c.Platform)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	switch c.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

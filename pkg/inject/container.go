@@ -47,21 +47,30 @@ func reporterContainer(s annotations.Settings, cfg Config) corev1.Container {
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ImagePullPolicy:          cfg.ImagePullPolicy,
-		// Restricted pod security, whatever the pod itself sets.
-		SecurityContext: &corev1.SecurityContext{
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			RunAsUser:                ptr.To(reporterUID),
-			RunAsGroup:               ptr.To(reporterUID),
-			RunAsNonRoot:             ptr.To(true),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			AllowPrivilegeEscalation: ptr.To(false),
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:          securityContext(cfg.Platform),
 	}
 	if cfg.NativeSidecar {
 		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	}
 	return c
+}
+
+// securityContext is the reporter's security context on platform (see
+// Platform): restricted pod security on Kubernetes whatever the pod itself
+// sets, and on OpenShift what every SCC admits.
+func securityContext(platform Platform) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		RunAsNonRoot:             ptr.To(true),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+	}
+	if platform != OpenShift {
+		sc.RunAsUser = ptr.To(reporterUID)
+		sc.RunAsGroup = ptr.To(reporterUID)
+		sc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	return sc
 }
 
 // targetNamespaceEnv is the entry added to addon containers.

@@ -17,9 +17,12 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current output")
 
 // goldenModes are the injector configurations every input is rendered with.
+// Files are <input>.<mode>.yaml and <input>.<mode>.patch.json.
 var goldenModes = map[string]Config{
-	"native": testConfig(),
-	"plain":  plainConfig(),
+	"native":           testConfig(),
+	"plain":            plainConfig(),
+	"openshift-native": openShift(testConfig()),
+	"openshift-plain":  openShift(plainConfig()),
 }
 
 // TestGolden renders every input in testdata/input in every mode and compares

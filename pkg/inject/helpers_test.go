@@ -25,6 +25,11 @@ func plainConfig() Config {
 	return cfg
 }
 
+func openShift(cfg Config) Config {
+	cfg.Platform = OpenShift
+	return cfg
+}
+
 func loadDeployment(t testing.TB, path string) *appsv1.Deployment {
 	t.Helper()
 	data, err := os.ReadFile(path)
