@@ -74,29 +74,31 @@ func (c Config) CacheOptions() map[client.Object]cache.ByObject {
 	}
 }
 
-// slimDeployment keeps what Subjects and the predicates read: identity,
-// addon-heartbeat annotations and the ServiceAccount name. Every reader of
-// Deployments from the manager's cache sees only this.
+// slimDeployment keeps what Subjects and the predicates read: identity, the
+// settings keys wherever they are written, the webhook's status record and
+// the ServiceAccount name. Every reader of Deployments from the manager's
+// cache sees only this.
 func slimDeployment(obj any) (any, error) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
 		return obj, nil
 	}
+	keys := annotations.OfDeployment(d).Keys()
 	slim := &appsv1.Deployment{
 		TypeMeta: d.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: d.Name, Namespace: d.Namespace, UID: d.UID,
 			ResourceVersion: d.ResourceVersion, DeletionTimestamp: d.DeletionTimestamp,
+			Annotations: keys.Annotations, Labels: keys.Labels,
 		},
 	}
-	for _, k := range []string{annotations.Inject, annotations.Status} {
-		if v, ok := d.Annotations[k]; ok {
-			if slim.Annotations == nil {
-				slim.Annotations = map[string]string{}
-			}
-			slim.Annotations[k] = v
+	if v, ok := d.Annotations[annotations.Status]; ok {
+		if slim.Annotations == nil {
+			slim.Annotations = map[string]string{}
 		}
+		slim.Annotations[annotations.Status] = v
 	}
+	slim.Spec.Template.Annotations = keys.TemplateAnnotations
 	slim.Spec.Template.Spec.ServiceAccountName = d.Spec.Template.Spec.ServiceAccountName
 	return slim, nil
 }

@@ -27,7 +27,7 @@ func Injected(d *appsv1.Deployment) bool {
 	if _, ok := d.Annotations[annotations.Status]; ok {
 		return true
 	}
-	inject, err := annotations.ParseInject(d.Annotations)
+	inject, err := annotations.ParseInject(annotations.OfDeployment(d))
 	return err == nil && inject
 }
 

@@ -32,6 +32,16 @@ func TestSubjects(t *testing.T) {
 		"not annotated":                {deps: []appsv1.Deployment{deployment("a", nil)}},
 		"sorted, without duplicates":   {deps: []appsv1.Deployment{deployment("b", injected), deployment("a", injected), deployment("b", injected)}, want: []string{"a", "b"}},
 		"only injected ones":           {deps: []appsv1.Deployment{deployment("a", injected), deployment("b", nil)}, want: []string{"a"}},
+		"opted in by label (OLM)": {deps: []appsv1.Deployment{func() appsv1.Deployment {
+			d := deployment("a", nil)
+			d.Labels = injected
+			return d
+		}()}, want: []string{"a"}},
+		"opted in by pod template annotation (OLM)": {deps: []appsv1.Deployment{func() appsv1.Deployment {
+			d := deployment("a", nil)
+			d.Spec.Template.Annotations = injected
+			return d
+		}()}, want: []string{"a"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

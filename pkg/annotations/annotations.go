@@ -1,16 +1,27 @@
 // Package annotations is the user-facing contract of addon-heartbeat: every
-// annotation key it reads or writes on a Deployment, and the pure parsing of
-// their values. The webhook validates with it at admission and the reporter
-// reads the same keys to find the Deployments of its addon, so both sides
-// always agree on what a value means.
+// key it reads or writes on a Deployment, and the pure parsing of their
+// values. The webhook validates with it at admission and the reporter reads
+// the same keys to find the Deployments of its addon, so both sides always
+// agree on what a value means.
+//
+// The settings keys can be written in three places of a Deployment (see
+// Sources): its annotations, its labels, or its pod template's annotations.
+// OLM builds an addon's Deployments from its ClusterServiceVersion, whose
+// install strategy can set Deployment labels and pod-template annotations
+// (and copies the CSV's own annotations onto every pod template) but never
+// Deployment annotations; the other two places let such an addon opt in
+// from its CSV. A key set in more than one place must have the same value in
+// each; otherwise the Deployment is denied, with every place and value named.
 package annotations
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -61,17 +72,152 @@ const (
 	DeleteAckManual DeleteAckMode = "manual"
 )
 
-// Error is an annotation whose value is not acceptable. Its message names the
-// key, the value and what is expected, so that an admission denial tells the
-// user exactly what to fix.
+// Place is where a setting is written on a Deployment.
+type Place int
+
+// The places, in the order they are read.
+const (
+	// DeploymentAnnotation: metadata.annotations.
+	DeploymentAnnotation Place = iota
+	// DeploymentLabel: metadata.labels (what a CSV's install strategy sets
+	// with its "label" field).
+	DeploymentLabel
+	// PodTemplateAnnotation: spec.template.metadata.annotations.
+	PodTemplateAnnotation
+)
+
+func (p Place) String() string {
+	switch p {
+	case DeploymentLabel:
+		return "label"
+	case PodTemplateAnnotation:
+		return "pod template annotation"
+	default:
+		return "annotation"
+	}
+}
+
+// where names the map of the place, for messages.
+func (p Place) where() string {
+	switch p {
+	case DeploymentLabel:
+		return "the Deployment's labels"
+	case PodTemplateAnnotation:
+		return "the pod template's annotations"
+	default:
+		return "the Deployment's annotations"
+	}
+}
+
+// Sources are the three places of one Deployment that hold settings. Any of
+// them may be nil.
+type Sources struct {
+	// Annotations are the Deployment's metadata.annotations.
+	Annotations map[string]string
+	// Labels are the Deployment's metadata.labels.
+	Labels map[string]string
+	// TemplateAnnotations are its spec.template.metadata.annotations.
+	TemplateAnnotations map[string]string
+}
+
+// in returns the map of place p.
+func (s Sources) in(p Place) map[string]string {
+	switch p {
+	case DeploymentLabel:
+		return s.Labels
+	case PodTemplateAnnotation:
+		return s.TemplateAnnotations
+	default:
+		return s.Annotations
+	}
+}
+
+var places = []Place{DeploymentAnnotation, DeploymentLabel, PodTemplateAnnotation}
+
+// OfDeployment are the places of d.
+func OfDeployment(d *appsv1.Deployment) Sources {
+	return Sources{Annotations: d.Annotations, Labels: d.Labels, TemplateAnnotations: d.Spec.Template.Annotations}
+}
+
+// Lookup returns the value of key and the place it was read from (the first
+// that has it). ok is false when no place has it. A key found in several
+// places with different values is a *ConflictError.
+func (s Sources) Lookup(key string) (v string, at Place, ok bool, err error) {
+	for _, p := range places {
+		pv, found := s.in(p)[key]
+		switch {
+		case !found:
+		case !ok:
+			v, at, ok = pv, p, true
+		case pv != v:
+			return "", at, false, s.conflict(key)
+		}
+	}
+	return v, at, ok, nil
+}
+
+func (s Sources) conflict(key string) *ConflictError {
+	c := &ConflictError{Key: key}
+	for _, p := range places {
+		if v, ok := s.in(p)[key]; ok {
+			c.Found = append(c.Found, Found{Place: p, Value: v})
+		}
+	}
+	return c
+}
+
+// Keys are the settings keys the Deployment's places hold: what a cache of
+// Deployments must keep for Parse to give the same result.
+func (s Sources) Keys() Sources {
+	keep := func(m map[string]string) map[string]string {
+		var out map[string]string
+		for _, k := range []string{Inject, AddonInstance, HealthURL, DeleteAck} {
+			if v, ok := m[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return Sources{Annotations: keep(s.Annotations), Labels: keep(s.Labels), TemplateAnnotations: keep(s.TemplateAnnotations)}
+}
+
+// Error is a setting whose value is not acceptable. Its message names the
+// place, the key, the value and what is expected, so that an admission
+// denial tells the user exactly what to fix.
 type Error struct {
 	Key      string
 	Value    string
 	Expected string
+	// Place is where the value was read (DeploymentAnnotation, the zero
+	// value, for the webhook's own status record).
+	Place Place
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("annotation %s: invalid value %q: expected %s", e.Key, e.Value, e.Expected)
+	return fmt.Sprintf("%s %s: invalid value %q: expected %s", e.Place, e.Key, e.Value, e.Expected)
+}
+
+// Found is one place where a key was found, with its value there.
+type Found struct {
+	Place Place
+	Value string
+}
+
+// ConflictError is a key set in more than one place with different values.
+type ConflictError struct {
+	Key   string
+	Found []Found
+}
+
+func (e *ConflictError) Error() string {
+	parts := make([]string, len(e.Found))
+	for i, f := range e.Found {
+		parts[i] = fmt.Sprintf("%q in %s", f.Value, f.Place.where())
+	}
+	return fmt.Sprintf("%s is %s: set it in one place, or to the same value in each", e.Key, strings.Join(parts, " and "))
 }
 
 // Settings are the parsed, validated user annotations of one Deployment.
@@ -86,13 +232,13 @@ type Settings struct {
 	DeleteAck DeleteAckMode
 }
 
-// Parse reads and validates every user-facing key in annots. It returns the
-// first invalid key as an *Error. Keys other than Inject are validated only
-// when the Deployment opts in: an opted-out Deployment is never denied for
-// settings that are not in effect.
-func Parse(annots map[string]string) (Settings, error) {
+// Parse reads and validates every user-facing key in src. It returns the
+// first invalid key as an *Error, or a *ConflictError. Keys other than Inject
+// are validated only when the Deployment opts in: an opted-out Deployment is
+// never denied for settings that are not in effect.
+func Parse(src Sources) (Settings, error) {
 	s := Settings{AddonInstance: DefaultAddonInstance, DeleteAck: DefaultDeleteAck}
-	inject, err := ParseInject(annots)
+	inject, err := ParseInject(src)
 	if err != nil {
 		return s, err
 	}
@@ -100,39 +246,61 @@ func Parse(annots map[string]string) (Settings, error) {
 	if !inject {
 		return s, nil
 	}
-	if v, ok := annots[AddonInstance]; ok {
+	v, at, ok, err := src.Lookup(AddonInstance)
+	switch {
+	case err != nil:
+		return s, err
+	case ok:
 		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-			return s, &Error{Key: AddonInstance, Value: v,
+			return s, &Error{Key: AddonInstance, Value: v, Place: at,
 				Expected: "an AddonInstance name in the Deployment's namespace (a DNS-1123 subdomain: " + strings.Join(errs, "; ") + ")"}
 		}
 		s.AddonInstance = v
 	}
-	if v, ok := annots[HealthURL]; ok {
+	v, at, ok, err = src.Lookup(HealthURL)
+	switch {
+	case err != nil:
+		return s, err
+	case ok:
 		if err := ValidateHealthURL(v); err != nil {
-			return s, err
+			return s, placed(err, at)
 		}
 		s.HealthURL = v
 	}
-	if v, ok := annots[DeleteAck]; ok {
+	v, at, ok, err = src.Lookup(DeleteAck)
+	switch {
+	case err != nil:
+		return s, err
+	case ok:
 		mode, err := ParseDeleteAck(v)
 		if err != nil {
-			return s, err
+			return s, placed(err, at)
 		}
 		s.DeleteAck = mode
 	}
 	return s, nil
 }
 
+// placed records where the value of an *Error was read.
+func placed(err error, p Place) error {
+	if e, ok := errors.AsType[*Error](err); ok {
+		e.Place = p
+	}
+	return err
+}
+
 // ParseInject reads the opt-in key alone: absent is false.
-func ParseInject(annots map[string]string) (bool, error) {
-	v, ok := annots[Inject]
+func ParseInject(src Sources) (bool, error) {
+	v, at, ok, err := src.Lookup(Inject)
 	switch {
+	case err != nil:
+		return false, err
 	case !ok, v == "false":
 		return false, nil
 	case v == "true":
 		return true, nil
 	default:
-		return false, &Error{Key: Inject, Value: v, Expected: `"true" or "false"`}
+		return false, &Error{Key: Inject, Value: v, Place: at, Expected: `"true" or "false"`}
 	}
 }
 

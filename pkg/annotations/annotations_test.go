@@ -31,7 +31,7 @@ func TestParse(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := Parse(tc.annots)
+			got, err := Parse(Sources{Annotations: tc.annots})
 			if tc.wantKey != "" {
 				var aerr *Error
 				if !errors.As(err, &aerr) || aerr.Key != tc.wantKey {
@@ -49,6 +49,90 @@ func TestParse(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// OLM sets Deployment labels and pod-template annotations, not Deployment
+// annotations: each setting is read from all three places, which must agree.
+func TestParseFromEveryPlace(t *testing.T) {
+	opted := Settings{Inject: true, AddonInstance: DefaultAddonInstance, DeleteAck: DeleteAckAuto}
+	tests := map[string]struct {
+		src  Sources
+		want Settings
+		// wantErr are parts of the error message; empty for no error.
+		wantErr []string
+	}{
+		"label":                   {src: Sources{Labels: map[string]string{Inject: "true"}}, want: opted},
+		"pod template annotation": {src: Sources{TemplateAnnotations: map[string]string{Inject: "true"}}, want: opted},
+		"the same value in every place": {src: Sources{
+			Annotations:         map[string]string{Inject: "true"},
+			Labels:              map[string]string{Inject: "true", DeleteAck: "manual"},
+			TemplateAnnotations: map[string]string{Inject: "true", DeleteAck: "manual", HealthURL: "http://127.0.0.1:8081/healthz"},
+		}, want: Settings{Inject: true, AddonInstance: DefaultAddonInstance, DeleteAck: DeleteAckManual, HealthURL: "http://127.0.0.1:8081/healthz"}},
+		"settings from several places": {src: Sources{
+			Labels:              map[string]string{Inject: "true", AddonInstance: "mine"},
+			TemplateAnnotations: map[string]string{DeleteAck: "manual"},
+		}, want: Settings{Inject: true, AddonInstance: "mine", DeleteAck: DeleteAckManual}},
+		"opt-in conflict": {src: Sources{
+			Annotations: map[string]string{Inject: "false"},
+			Labels:      map[string]string{Inject: "true"},
+		}, wantErr: []string{Inject, `"false" in the Deployment's annotations`, `"true" in the Deployment's labels`, "set it in one place"}},
+		"setting conflict": {src: Sources{
+			Labels:              map[string]string{Inject: "true", AddonInstance: "one"},
+			TemplateAnnotations: map[string]string{AddonInstance: "two"},
+		}, wantErr: []string{AddonInstance, `"one" in the Deployment's labels`, `"two" in the pod template's annotations`}},
+		"an invalid label names the label": {src: Sources{Labels: map[string]string{Inject: "yes"}},
+			wantErr: []string{"label " + Inject, `"yes"`, `expected "true" or "false"`}},
+		"an invalid template annotation names it": {src: Sources{
+			Labels:              map[string]string{Inject: "true"},
+			TemplateAnnotations: map[string]string{DeleteAck: "later"},
+		}, wantErr: []string{"pod template annotation " + DeleteAck, `"later"`}},
+		"opted out elsewhere: a conflict in a setting is not checked": {src: Sources{
+			Labels:              map[string]string{AddonInstance: "one"},
+			TemplateAnnotations: map[string]string{AddonInstance: "two"},
+		}, want: Settings{AddonInstance: DefaultAddonInstance, DeleteAck: DeleteAckAuto}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse(tc.src)
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("no error; want one mentioning %q", tc.wantErr)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not mention %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestKeysKeepsOnlyTheSettings(t *testing.T) {
+	src := Sources{
+		Annotations:         map[string]string{Inject: "true", Status: "{}", "other": "x"},
+		Labels:              map[string]string{"app": "a", AddonInstance: "mine"},
+		TemplateAnnotations: map[string]string{"olm.operatorGroup": "g", DeleteAck: "manual", HealthURL: "http://127.0.0.1:1/"},
+	}
+	k := src.Keys()
+	if len(k.Annotations) != 1 || len(k.Labels) != 1 || len(k.TemplateAnnotations) != 2 {
+		t.Errorf("Keys() = %+v", k)
+	}
+	a, errA := Parse(src)
+	b, errB := Parse(k)
+	if a != b || errA != nil || errB != nil {
+		t.Errorf("Parse differs after Keys(): %+v (%v) and %+v (%v)", a, errA, b, errB)
+	}
+	if k := (Sources{}).Keys(); k.Annotations != nil || k.Labels != nil || k.TemplateAnnotations != nil {
+		t.Errorf("Keys() of nothing is %+v", k)
 	}
 }
 

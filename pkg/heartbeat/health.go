@@ -87,19 +87,14 @@ func deploymentCondition(d *appsv1.Deployment, t appsv1.DeploymentConditionType)
 	return nil
 }
 
-// InjectedFor reports whether a Deployment is one of the components of the
-// AddonInstance named instance: it opts in to injection and names that
-// AddonInstance (or none, meaning the default).
-func InjectedFor(annots map[string]string, instance string) bool {
-	inject, err := annotations.ParseInject(annots)
-	if err != nil || !inject {
-		return false
-	}
-	name, ok := annots[annotations.AddonInstance]
-	if !ok {
-		name = annotations.DefaultAddonInstance
-	}
-	return name == instance
+// InjectedFor reports whether a Deployment, by its settings (see
+// annotations.OfDeployment), is one of the components of the AddonInstance
+// named instance: it opts in to injection and names that AddonInstance (or
+// none, meaning the default), in any of the places a setting can be written.
+// Settings the webhook would deny count as no opt-in.
+func InjectedFor(src annotations.Sources, instance string) bool {
+	s, err := annotations.Parse(src)
+	return err == nil && s.Inject && s.AddonInstance == instance
 }
 
 // DeploymentComponents judges the Deployments of namespace that are injected
@@ -109,7 +104,7 @@ func InjectedFor(annots map[string]string, instance string) bool {
 func DeploymentComponents(deps []appsv1.Deployment, namespace, instance string) []Component {
 	var out []Component
 	for i := range deps {
-		if InjectedFor(deps[i].Annotations, instance) {
+		if InjectedFor(annotations.OfDeployment(&deps[i]), instance) {
 			out = append(out, DeploymentComponent(&deps[i]))
 		}
 	}
@@ -125,35 +120,30 @@ func DeploymentComponents(deps []appsv1.Deployment, namespace, instance string) 
 }
 
 // TrimDeployment is the Deployment cache's transform: it keeps only what
-// DeploymentComponent and InjectedFor read (name, generation, our two
-// annotations, spec.replicas, status), dropping the pod template and
-// managedFields that make up most of a Deployment's size.
+// DeploymentComponent and InjectedFor read (name, generation, the settings
+// keys wherever they are written, spec.replicas, status), dropping the pod
+// template and managedFields that make up most of a Deployment's size.
 func TrimDeployment(obj any) (any, error) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
 		return obj, nil
 	}
-	var annots map[string]string
-	for _, k := range []string{annotations.Inject, annotations.AddonInstance} {
-		if v, ok := d.Annotations[k]; ok {
-			if annots == nil {
-				annots = map[string]string{}
-			}
-			annots[k] = v
-		}
-	}
-	return &appsv1.Deployment{
+	keys := annotations.OfDeployment(d).Keys()
+	t := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            d.Name,
 			Namespace:       d.Namespace,
 			UID:             d.UID,
 			ResourceVersion: d.ResourceVersion,
 			Generation:      d.Generation,
-			Annotations:     annots,
+			Annotations:     keys.Annotations,
+			Labels:          keys.Labels,
 		},
 		Spec:   appsv1.DeploymentSpec{Replicas: d.Spec.Replicas},
 		Status: d.Status,
-	}, nil
+	}
+	t.Spec.Template.Annotations = keys.TemplateAnnotations
+	return t, nil
 }
 
 // healthChecker calls the pod-local health URL the way a kubelet HTTP probe

@@ -99,7 +99,26 @@ func TestInjectedFor(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := InjectedFor(tt.annots, tt.instance); got != tt.want {
+			if got := InjectedFor(annotations.Sources{Annotations: tt.annots}, tt.instance); got != tt.want {
+				t.Errorf("InjectedFor = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// OLM's ways in: a label, a pod-template annotation; and a conflict,
+	// which the webhook denies, counts as no opt-in.
+	places := map[string]struct {
+		src  annotations.Sources
+		want bool
+	}{
+		"label": {annotations.Sources{Labels: map[string]string{annotations.Inject: "true", annotations.AddonInstance: "x"}}, true},
+		"pod template annotation": {annotations.Sources{Labels: map[string]string{annotations.Inject: "true"},
+			TemplateAnnotations: map[string]string{annotations.AddonInstance: "x"}}, true},
+		"conflict": {annotations.Sources{Labels: map[string]string{annotations.Inject: "true"},
+			Annotations: map[string]string{annotations.Inject: "false", annotations.AddonInstance: "x"}}, false},
+	}
+	for name, tt := range places {
+		t.Run(name, func(t *testing.T) {
+			if got := InjectedFor(tt.src, "x"); got != tt.want {
 				t.Errorf("InjectedFor = %v, want %v", got, tt.want)
 			}
 		})
@@ -130,10 +149,11 @@ func TestDeploymentComponents(t *testing.T) {
 
 func TestTrimDeploymentKeepsWhatHealthReads(t *testing.T) {
 	d := dep("op", ptr.To[int32](3), 1, corev1.ConditionTrue, func(d *appsv1.Deployment) {
-		d.Annotations[annotations.AddonInstance] = "x"
+		delete(d.Annotations, annotations.Inject)
 		d.Annotations["unrelated"] = strings.Repeat("z", 1000)
-		d.Labels = map[string]string{"a": "b"}
+		d.Labels = map[string]string{"a": "b", annotations.Inject: "true"}
 		d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+		d.Spec.Template.Annotations = map[string]string{annotations.AddonInstance: "x", "olm.targetNamespaces": "ns"}
 		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c", Image: "img"}}
 	})
 	out, err := TrimDeployment(&d)
@@ -141,13 +161,14 @@ func TestTrimDeploymentKeepsWhatHealthReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := out.(*appsv1.Deployment)
-	if tr.ManagedFields != nil || tr.Labels != nil || len(tr.Spec.Template.Spec.Containers) != 0 || tr.Annotations["unrelated"] != "" {
+	if tr.ManagedFields != nil || tr.Labels["a"] != "" || len(tr.Spec.Template.Spec.Containers) != 0 ||
+		tr.Annotations["unrelated"] != "" || tr.Spec.Template.Annotations["olm.targetNamespaces"] != "" {
 		t.Errorf("trimmed Deployment still holds %+v", tr)
 	}
 	if diff := cmp.Diff(DeploymentComponent(&d), DeploymentComponent(tr)); diff != "" {
 		t.Errorf("trimming changed the health verdict:\n%s", diff)
 	}
-	if InjectedFor(d.Annotations, "x") != InjectedFor(tr.Annotations, "x") {
+	if !InjectedFor(annotations.OfDeployment(&d), "x") || !InjectedFor(annotations.OfDeployment(tr), "x") {
 		t.Errorf("trimming changed the selection")
 	}
 	tomb := "not a deployment"

@@ -83,7 +83,7 @@ func MutateInPlace(in *appsv1.Deployment, cfg Config) (Result, error) {
 // mutate is Mutate, changing the Deployment that working returns (a copy of
 // in, or in itself).
 func mutate(in *appsv1.Deployment, cfg Config, working func() *appsv1.Deployment) (Result, error) {
-	settings, err := annotations.Parse(in.Annotations)
+	settings, err := annotations.Parse(annotations.OfDeployment(in))
 	if err != nil {
 		return Result{}, err
 	}
@@ -334,8 +334,8 @@ func (m *mutation) setStatus(v string) {
 		return
 	}
 	if m.d.Annotations == nil {
-		// Unreachable through the webhook (the opt-in annotation is there),
-		// kept so that Mutate is total.
+		// A Deployment that opts in by label or pod-template annotation,
+		// as OLM builds them, may have no annotations at all.
 		m.d.Annotations = map[string]string{}
 		m.patch.add("/metadata/annotations", map[string]string{})
 	}

@@ -354,3 +354,39 @@ func TestInstanceWarning(t *testing.T) {
 		t.Errorf("warning %q for an allowed name", w)
 	}
 }
+
+// The opt-in a CSV can carry (a Deployment label or a pod-template
+// annotation) injects the same reporter as the annotation; setting it to
+// "false" in the same place removes it again, and a conflict between places
+// is refused.
+func TestOptInByLabelOrPodTemplateAnnotation(t *testing.T) {
+	cfg := testConfig()
+	want := injected(t, deployment(optIn()), cfg)
+	forms := map[string]func(d *appsv1.Deployment, v string){
+		"label":                   func(d *appsv1.Deployment, v string) { d.Labels = map[string]string{annotations.Inject: v} },
+		"pod template annotation": func(d *appsv1.Deployment, v string) { d.Spec.Template.Annotations = map[string]string{annotations.Inject: v} },
+	}
+	for name, set := range forms {
+		t.Run(name, func(t *testing.T) {
+			d := deployment(nil)
+			set(d, "true")
+			res := mustMutate(t, d, cfg)
+			if res.Action != Injected || !equality.Semantic.DeepEqual(res.Deployment.Spec.Template.Spec, want.Spec.Template.Spec) ||
+				res.Deployment.Annotations[annotations.Status] != want.Annotations[annotations.Status] {
+				t.Fatalf("action %s, pod spec %+v; want the annotation's injection", res.Action, res.Deployment.Spec.Template.Spec)
+			}
+			out := res.Deployment.DeepCopy()
+			set(out, "false")
+			removed := mustMutate(t, out, cfg)
+			if removed.Action != Removed || !equality.Semantic.DeepEqual(removed.Deployment.Spec.Template.Spec, deployment(nil).Spec.Template.Spec) {
+				t.Errorf("opting out by %s: action %s, pod spec %+v", name, removed.Action, removed.Deployment.Spec.Template.Spec)
+			}
+			conflict := d.DeepCopy()
+			conflict.Annotations = map[string]string{annotations.Inject: "false"}
+			var cerr *annotations.ConflictError
+			if _, err := Mutate(conflict, cfg); !errors.As(err, &cerr) || cerr.Key != annotations.Inject {
+				t.Errorf("conflicting opt-in: error %v, want an *annotations.ConflictError", err)
+			}
+		})
+	}
+}
