@@ -5,6 +5,8 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +32,26 @@ const Path = "/mutate-apps-v1-deployment"
 // maxBodyBytes bounds a request body. The API server's own limit for an
 // object is 3 MiB; an AdmissionReview of an UPDATE holds two of them.
 const maxBodyBytes = 7 << 20
+
+// maxBodyBytesInFlight bounds the request bodies all reviews hold at once,
+// whoever sends them: the webhook's port is reachable by anything the
+// network lets in, and 16 concurrent 10 MB bodies, each read up to the
+// per-request limit before its 413, took the process to 269 MB, past the
+// chart's 256Mi limit (an OOM kill; with failurePolicy Fail every opted-in
+// Deployment admission then fails). The API server sends reviews of a few
+// to a few hundred KB, so 48 MiB is hundreds of them at once; with the
+// chart's limit it leaves the heap well under it.
+const maxBodyBytesInFlight = 48 << 20
+
+// bodyWait is how long a review waits for room among the bodies in flight
+// before it is answered 503 (the API server then applies the failure
+// policy, as it would for a webhook that is down).
+const bodyWait = 2 * time.Second
+
+// bodyReadTimeout bounds the reading of one body, so that a client that
+// trickles one cannot hold its room among the bodies in flight: the API
+// server waits at most 30 s for a webhook, and sends the body at once.
+const bodyReadTimeout = 15 * time.Second
 
 // Outcomes counted and logged for each review, in addition to the
 // inject.Action values (injected, unchanged, removed).
@@ -53,6 +76,32 @@ type Handler struct {
 	Metrics *Metrics
 	// now is the clock for latency; time.Now when nil.
 	now func() time.Time
+
+	// bodies holds the bytes of the request bodies being read
+	// (maxBodyBytesInFlight, made on first use).
+	bodiesOnce sync.Once
+	bodies     *semaphore.Weighted
+	// inFlight and readTimeout replace maxBodyBytesInFlight and
+	// bodyReadTimeout when set (tests).
+	inFlight    int64
+	readTimeout time.Duration
+}
+
+// reserve waits for room to read a body of n bytes among those in flight
+// (the most a body may be when its length is not given), and returns the
+// function that gives the room back; false when there was none in time.
+func (h *Handler) reserve(r *http.Request) (release func(), ok bool) {
+	h.bodiesOnce.Do(func() { h.bodies = semaphore.NewWeighted(cmp.Or(h.inFlight, maxBodyBytesInFlight)) })
+	n := r.ContentLength
+	if n < 0 || n > maxBodyBytes {
+		n = maxBodyBytes
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), bodyWait)
+	defer cancel()
+	if err := h.bodies.Acquire(ctx, n); err != nil {
+		return nil, false
+	}
+	return func() { h.bodies.Release(n) }, true
 }
 
 // ServeHTTP answers one AdmissionReview. Transport-level problems (method,
@@ -68,7 +117,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	buf := getBuffer()
 	defer putBuffer(buf)
-	req, obj, status, err := readRequest(w, r, buf)
+	var (
+		req    *admissionv1.AdmissionRequest
+		obj    *appsv1.Deployment
+		status int
+		err    error
+	)
+	if r.ContentLength > maxBodyBytes {
+		// Refused by its declared length, before a byte of it is read.
+		status, err = http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes: larger than %d bytes", r.ContentLength, maxBodyBytes)
+	} else if release, ok := h.reserve(r); !ok {
+		status, err = http.StatusServiceUnavailable, errors.New("too many request bytes in flight: try again")
+	} else {
+		// The room is held until the answer is written: the decoded
+		// object and the patch are the body's size again, or more.
+		defer release()
+		// The server (controller-runtime's) sets no read timeout of its
+		// own; an error here only means the connection cannot have one.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(cmp.Or(h.readTimeout, bodyReadTimeout)))
+		req, obj, status, err = readRequest(w, r, buf)
+	}
 	if err != nil {
 		h.Metrics.observe(OutcomeBadRequest, false, now().Sub(start))
 		h.Log.Info("rejected a malformed admission request", "status", status, "reason", err.Error(), "remote", r.RemoteAddr)
