@@ -8,6 +8,9 @@ GOTESTFLAGS ?=
 # Kubernetes and etcd binaries, built once into a cache folder outside the
 # checkout (hack/kube-binaries.sh prints it as its last line).
 ASSETS = $(shell hack/kube-binaries.sh | tail -n 1)
+# OLM's operator for test/e2e (an addon installed from a ClusterServiceVersion),
+# built once into the same cache (hack/olm-binary.sh).
+OLM_ASSETS = $(shell hack/olm-binary.sh | tail -n 1)
 
 .PHONY: all
 all: build
@@ -17,17 +20,18 @@ build: ## Build the webhook and the reporter into bin/.
 	$(GO) build -o bin/ ./cmd/...
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver and etcd for the tests (slow once, then cached).
+envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (slow once, then cached).
 	@hack/kube-binaries.sh
+	@hack/olm-binary.sh
 
 .PHONY: test
 test: ## Run every test against a real kube-apiserver and etcd.
-	@assets="$(ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets" && \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets OLM_ASSETS=$$olm" && \
+	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
 .PHONY: test-stress
 test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a CPU hog on every core.
-	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" hack/test-stress.sh
+	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" hack/test-stress.sh
 
 .PHONY: demo
 demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).
