@@ -87,21 +87,24 @@ type Handler struct {
 	readTimeout time.Duration
 }
 
-// reserve waits for room to read a body of n bytes among those in flight
-// (the most a body may be when its length is not given), and returns the
-// function that gives the room back; false when there was none in time.
+// reserve waits for room to read the request's body (of its declared
+// length) among those in flight, and returns the function that gives the
+// room back; false when there was none in time.
 func (h *Handler) reserve(r *http.Request) (release func(), ok bool) {
-	h.bodiesOnce.Do(func() { h.bodies = semaphore.NewWeighted(cmp.Or(h.inFlight, maxBodyBytesInFlight)) })
-	n := r.ContentLength
-	if n < 0 || n > maxBodyBytes {
-		n = maxBodyBytes
-	}
+	bodies := h.bodyRoom()
+	n := max(r.ContentLength, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), bodyWait)
 	defer cancel()
-	if err := h.bodies.Acquire(ctx, n); err != nil {
+	if err := bodies.Acquire(ctx, n); err != nil {
 		return nil, false
 	}
-	return func() { h.bodies.Release(n) }, true
+	return func() { bodies.Release(n) }, true
+}
+
+// bodyRoom is the room for bodies in flight, made on first use.
+func (h *Handler) bodyRoom() *semaphore.Weighted {
+	h.bodiesOnce.Do(func() { h.bodies = semaphore.NewWeighted(cmp.Or(h.inFlight, maxBodyBytesInFlight)) })
+	return h.bodies
 }
 
 // ServeHTTP answers one AdmissionReview. Transport-level problems (method,
@@ -126,6 +129,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > maxBodyBytes {
 		// Refused by its declared length, before a byte of it is read.
 		status, err = http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes: larger than %d bytes", r.ContentLength, maxBodyBytes)
+	} else if r.ContentLength < 0 && r.Method == http.MethodPost {
+		// The API server always says how long a review is; a body that
+		// does not would have to be read (and buffered) to find out.
+		status, err = http.StatusLengthRequired, errors.New("request body of unknown length: a Content-Length is required")
 	} else if release, ok := h.reserve(r); !ok {
 		status, err = http.StatusServiceUnavailable, errors.New("too many request bytes in flight: try again")
 	} else {
