@@ -39,16 +39,38 @@ func Dir() string {
 	return filepath.Join(testenv.RepoRoot(), "charts", "addon-heartbeat")
 }
 
+// Cluster is what the chart is told about the cluster it is rendered for
+// (Helm's .Capabilities): Kubernetes testenv.KubeVersion, serving Helm's
+// built-in API versions and APIVersions.
+type Cluster struct {
+	// APIVersions are served besides Helm's built-in ones, as `helm install`
+	// finds them by discovery or `helm template --api-versions` is told:
+	// "group/version" and "group/version/Kind".
+	APIVersions []string
+}
+
+// OpenShift is a cluster that serves OpenShift's security API
+// (SecurityContextConstraints), which the chart's platform auto looks for.
+var OpenShift = Cluster{APIVersions: []string{"security.openshift.io/v1", "security.openshift.io/v1/SecurityContextConstraints"}}
+
 // Render renders the chart with values over its defaults, validating them
 // against values.schema.json as `helm install` does, and returns every object
 // in a stable order (kind, namespace, name). NOTES.txt is returned apart.
+// The cluster serves no API beyond Helm's built-in ones (see RenderFor).
 func Render(rel Release, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
+	return RenderFor(rel, Cluster{}, values)
+}
+
+// RenderFor is Render for a cluster that serves cluster.APIVersions.
+func RenderFor(rel Release, cluster Cluster, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
 	ch, err := loader.Load(Dir())
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the chart: %w", err)
 	}
 	caps := common.DefaultCapabilities.Copy()
 	caps.KubeVersion = common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
+	// A new slice: Copy shares the default set's.
+	caps.APIVersions = slices.Concat(caps.APIVersions, cluster.APIVersions)
 	vals, err := util.ToRenderValues(ch, values, common.ReleaseOptions{
 		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true,
 	}, caps)

@@ -60,7 +60,7 @@ func TestCertManagerMode(t *testing.T) {
 	firstCA := issue(t, secretKey, certName, certDir)
 
 	port := freePort(t)
-	createWebhookConfiguration(t, objs, mwcName, port)
+	createWebhookConfiguration(t, objs, mwcName, port, nil)
 	startCAInjector(t)
 	waitCABundle(t, mwcName, firstCA)
 
@@ -125,6 +125,14 @@ func issue(t *testing.T, key types.NamespacedName, certName, dir string) []byte 
 	default:
 		t.Fatal(err)
 	}
+	writeCertFiles(t, dir, data)
+	return ca.CertPEM
+}
+
+// writeCertFiles writes tls.key and tls.crt from data into dir, as the
+// kubelet's Secret volume shows them, each replaced at once.
+func writeCertFiles(t *testing.T, dir string, data map[string][]byte) {
+	t.Helper()
 	// Key first: the webhook pairs the files on every change.
 	for _, name := range []string{"tls.key", "tls.crt"} {
 		tmp := filepath.Join(dir, "."+name)
@@ -135,7 +143,6 @@ func issue(t *testing.T, key types.NamespacedName, certName, dir string) []byte 
 			t.Fatal(err)
 		}
 	}
-	return ca.CertPEM
 }
 
 // startCAInjector runs cert-manager's CA injector for webhook configurations,

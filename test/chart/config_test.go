@@ -46,16 +46,23 @@ func withoutLabels(objs []*unstructured.Unstructured) map[string]map[string]any 
 }
 
 // config/ holds the same objects as the chart renders with its default
-// values (config/default) and in cert-manager mode (config/cert-manager),
-// apart from labels and the Namespace that only kustomize creates.
+// values (config/default), in cert-manager mode (config/cert-manager) and on
+// OpenShift with the service CA (config/openshift), apart from labels and the
+// Namespace that only kustomize creates.
 func TestConfigEquivalentToChart(t *testing.T) {
-	tests := map[string]struct{ dir, values string }{
+	tests := map[string]struct {
+		dir, values string
+		cluster     chart.Cluster
+	}{
 		"self-managed certificates": {dir: "default"},
 		"cert-manager":              {dir: "cert-manager", values: `certificates: {mode: certManager}`},
+		"OpenShift, service CA":     {dir: "openshift", values: `{platform: openshift, certificates: {mode: openshiftServiceCA}}`},
+		// What an OpenShift user gets from helm install with the platform found.
+		"OpenShift found by auto, service CA": {dir: "openshift", values: `certificates: {mode: openshiftServiceCA}`, cluster: chart.OpenShift},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			objs, _ := render(t, tc.values)
+			objs, _ := renderFor(t, tc.cluster, tc.values)
 			var built []*unstructured.Unstructured
 			for _, o := range kustomize(t, tc.dir) {
 				if o.GetKind() != "Namespace" {

@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,9 +21,18 @@ import (
 // modes are the default values and every documented mode of the chart.
 var modes = map[string]struct {
 	values string
-	check  func(t *testing.T, objs []*unstructured.Unstructured)
+	// cluster is what the chart is told about the API server (Helm's
+	// .Capabilities); no API beyond Helm's built-in ones when empty.
+	cluster chart.Cluster
+	// platform is the platform the chart must install for.
+	platform string
+	// check checks what is particular to the mode; every mode is also
+	// checked for its platform and certificate mode (checkPlatform,
+	// checkCertificates).
+	check func(t *testing.T, objs []*unstructured.Unstructured)
 }{
 	"default (self-managed certificates)": {
+		platform: "kubernetes",
 		check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", "addon-heartbeat"))
 			if len(mwc.Annotations) != 0 || len(mwc.Webhooks[0].ClientConfig.CABundle) != 0 {
@@ -43,7 +53,8 @@ var modes = map[string]struct {
 		},
 	},
 	"cert-manager with the chart's own CA": {
-		values: `certificates: {mode: certManager}`,
+		values:   `certificates: {mode: certManager}`,
+		platform: "kubernetes",
 		check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", "addon-heartbeat"))
 			if got := mwc.Annotations["cert-manager.io/inject-ca-from"]; got != "addon-heartbeat-system/addon-heartbeat-serving" {
@@ -66,7 +77,8 @@ var modes = map[string]struct {
 		},
 	},
 	"cert-manager with the user's ClusterIssuer": {
-		values: `certificates: {mode: certManager, certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}`,
+		values:   `certificates: {mode: certManager, certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}`,
+		platform: "kubernetes",
 		check: func(t *testing.T, objs []*unstructured.Unstructured) {
 			if chart.Find(objs, "Issuer", "addon-heartbeat-selfsigned") != nil || chart.Find(objs, "Certificate", "addon-heartbeat-ca") != nil {
 				t.Error("a user's issuer replaces the chart's CA")
@@ -78,6 +90,7 @@ var modes = map[string]struct {
 		},
 	},
 	"one replica, plain sidecar, digests, Ignore, selector, priority class": {
+		platform: "kubernetes",
 		values: `
 image: {digest: "sha256:0000000000000000000000000000000000000000000000000000000000000001"}
 webhook:
@@ -130,6 +143,44 @@ logLevel: debug
 			}
 		},
 	},
+	"platform auto on OpenShift (security.openshift.io/v1 served)": {
+		cluster:  chart.OpenShift,
+		platform: "openshift",
+	},
+	"platform openshift": {
+		values:   `platform: openshift`,
+		platform: "openshift",
+	},
+	"platform kubernetes on OpenShift": {
+		values:   `platform: kubernetes`,
+		cluster:  chart.OpenShift,
+		platform: "kubernetes",
+	},
+	"platform auto with another API group served": {
+		cluster:  chart.Cluster{APIVersions: []string{"config.openshift.io/v1", "cert-manager.io/v1"}},
+		platform: "kubernetes",
+	},
+	"OpenShift service CA": {
+		values:   `certificates: {mode: openshiftServiceCA}`,
+		cluster:  chart.OpenShift,
+		platform: "openshift",
+		check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			svc := convert[corev1.Service](t, mustFind(t, objs, "Service", "addon-heartbeat-webhook"))
+			if got := svc.Annotations["service.beta.openshift.io/serving-cert-secret-name"]; got != "addon-heartbeat-webhook-tls" {
+				t.Errorf("serving-cert-secret-name %q, want the Secret the webhook mounts", got)
+			}
+			mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", "addon-heartbeat"))
+			if got := mwc.Annotations["service.beta.openshift.io/inject-cabundle"]; got != "true" {
+				t.Errorf("inject-cabundle %q", got)
+			}
+			args := containerArgs(t, objs)
+			for _, a := range args {
+				if strings.HasPrefix(a, "--cert-secret-name") || strings.HasPrefix(a, "--ca-validity") {
+					t.Errorf("self-managed flag %s in the service CA mode", a)
+				}
+			}
+		},
+	},
 }
 
 // Every mode renders, passes its checks, and every object it renders is
@@ -138,11 +189,15 @@ logLevel: debug
 func TestRenderAcceptedByAPIServer(t *testing.T) {
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {
-			objs, notes := render(t, mode.values)
+			objs, notes := renderFor(t, mode.cluster, mode.values)
 			if !strings.Contains(notes, "addon-heartbeat.io/inject=true") {
 				t.Errorf("NOTES.txt does not say how to annotate a Deployment:\n%s", notes)
 			}
-			mode.check(t, objs)
+			checkPlatform(t, objs, mode.platform)
+			checkCertificates(t, objs, certificateMode(t, mode.values))
+			if mode.check != nil {
+				mode.check(t, objs)
+			}
 			for _, o := range objs {
 				if err := k8s.Create(t.Context(), o.DeepCopy(), client.DryRunAll); err != nil {
 					t.Errorf("%s refused: %v", chart.Key(o), err)
@@ -159,6 +214,8 @@ func TestRenderAcceptedByAPIServer(t *testing.T) {
 	}
 }
 
+// helm lint is clean in every mode (lint renders for Helm's built-in API
+// versions, so a mode's cluster plays no part).
 func TestHelmLint(t *testing.T) {
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {
@@ -178,6 +235,11 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 		"failure policy":              {`webhook: {failurePolicy: Retry}`, "failurePolicy"},
 		"timeout over 30s":            {`webhook: {timeoutSeconds: 31}`, "timeoutSeconds"},
 		"certificate mode":            {`certificates: {mode: vault}`, "mode"},
+		"OpenShift certificate mode":  {`certificates: {mode: openshift}`, "mode"},
+		"platform":                    {`platform: okd`, "platform"},
+		"platform case":               {`platform: OpenShift`, "platform"},
+		"issuer for another mode":     {`certificates: {mode: openshiftServiceCA, certManager: {issuerRef: {name: corp-ca}}}`, "mode"},
+		"issuer for self-managed":     {`certificates: {certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}`, "mode"},
 		"log level":                   {`logLevel: trace`, "logLevel"},
 		"reporter pull policy":        {`reporter: {image: {pullPolicy: Sometimes}}`, "pullPolicy"},
 		"digest without sha256":       {`image: {digest: "abc"}`, "digest"},

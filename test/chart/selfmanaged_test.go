@@ -31,7 +31,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	objs := install(t, rel, "")
 	const mwcName, secretName = "selfmanaged-addon-heartbeat", "selfmanaged-addon-heartbeat-webhook-tls"
 	port := freePort(t)
-	createWebhookConfiguration(t, objs, mwcName, port)
+	createWebhookConfiguration(t, objs, mwcName, port, nil)
 	shortLived := func(o *webhook.Options) {
 		// The API server calls 127.0.0.1; the Service's names are of no use here.
 		o.CertDNSNames = []string{"127.0.0.1"}

@@ -89,7 +89,13 @@ func values(t *testing.T, y string) map[string]any {
 // render renders the chart for the default release.
 func render(t *testing.T, vals string) ([]*unstructured.Unstructured, string) {
 	t.Helper()
-	objs, notes, err := chart.Render(chart.DefaultRelease, values(t, vals))
+	return renderFor(t, chart.Cluster{}, vals)
+}
+
+// renderFor renders the chart for the default release on cluster.
+func renderFor(t *testing.T, cluster chart.Cluster, vals string) ([]*unstructured.Unstructured, string) {
+	t.Helper()
+	objs, notes, err := chart.RenderFor(chart.DefaultRelease, cluster, values(t, vals))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,14 +60,15 @@ func install(t *testing.T, rel chart.Release, vals string) []*unstructured.Unstr
 
 // createWebhookConfiguration creates the chart's webhook configuration with
 // its clientConfig pointed at a local port instead of the Service, as the
-// API server cannot reach a Service here. The caBundle is left to the
-// webhook or to cert-manager's CA injector, as in a cluster.
-func createWebhookConfiguration(t *testing.T, objs []*unstructured.Unstructured, name string, port int) {
+// API server cannot reach a Service here. With caBundle nil, the caBundle is
+// left to the webhook or to cert-manager's CA injector, as in a cluster.
+func createWebhookConfiguration(t *testing.T, objs []*unstructured.Unstructured, name string, port int, caBundle []byte) {
 	t.Helper()
 	mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", name))
 	for i := range mwc.Webhooks {
 		mwc.Webhooks[i].ClientConfig.Service = nil
 		mwc.Webhooks[i].ClientConfig.URL = ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.Path))
+		mwc.Webhooks[i].ClientConfig.CABundle = caBundle
 	}
 	if err := k8s.Create(t.Context(), mwc); err != nil {
 		t.Fatal(err)

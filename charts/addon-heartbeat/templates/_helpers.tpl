@@ -128,3 +128,53 @@ Lease names of the reporters, one per AddonInstance name, computed as the report
 {{- end }}
 {{- toJson $names }}
 {{- end }}
+
+{{/*
+The platform the chart installs for, kubernetes or openshift: the platform value, or with auto, openshift
+when the API server serves OpenShift's security.openshift.io/v1 (SecurityContextConstraints), else
+kubernetes. It decides the webhook pods' security context (addon-heartbeat.podSecurityContext,
+addon-heartbeat.containerSecurityContext) and the injected reporter's (--platform).
+*/}}
+{{- define "addon-heartbeat.platform" -}}
+{{- if ne .Values.platform "auto" }}
+{{- .Values.platform }}
+{{- else if .Capabilities.APIVersions.Has "security.openshift.io/v1" }}
+{{- "openshift" }}
+{{- else }}
+{{- "kubernetes" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Security context of the webhook pods. On kubernetes, the restricted Pod Security profile in full. On
+openshift, runAsUser, runAsGroup and seccompProfile are left to the SCC, as for the injected reporter
+(pkg/inject): restricted-v2 refuses a UID outside the namespace's range, such as 65532, and sets the
+RuntimeDefault profile on the pod; anyuid, restricted and nonroot refuse any seccomp profile.
+*/}}
+{{- define "addon-heartbeat.podSecurityContext" -}}
+runAsNonRoot: true
+{{- if ne (include "addon-heartbeat.platform" .) "openshift" }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- end }}
+
+{{/*
+Security context of the webhook container (see addon-heartbeat.podSecurityContext).
+*/}}
+{{- define "addon-heartbeat.containerSecurityContext" -}}
+{{- $kubernetes := ne (include "addon-heartbeat.platform" .) "openshift" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+{{- if $kubernetes }}
+runAsUser: 65532
+runAsGroup: 65532
+{{- end }}
+capabilities:
+  drop: ["ALL"]
+{{- if $kubernetes }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- end }}
