@@ -28,6 +28,10 @@ envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (
 test: ## Run every test against a real kube-apiserver and etcd.
 	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets OLM_ASSETS=$$olm" && \
 	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	@# OpenShift's own SCC admission on the injected pods: a module of its own
+	@# (k8s.io/kubernetes v1.36, test/openshift/README.md), run without -race:
+	@# it exercises upstream code single-threaded, and -race doubles its build.
+	@cd test/openshift && $(GO) test -count=1 $(GOTESTFLAGS) ./...
 
 .PHONY: test-stress
 test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a CPU hog on every core.

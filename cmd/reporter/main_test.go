@@ -149,7 +149,10 @@ func TestInjectedReporterProcess(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "reporter"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "reporter-" + ns}},
 	}
-	for _, o := range []client.Object{role, binding} {
+	// The reporter role has no create: whoever binds it makes the election
+	// Lease, empty, as the webhook does.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}}
+	for _, o := range []client.Object{role, binding, lease} {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +249,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit within 10s of SIGTERM")
 	}
-	lease := &coordinationv1.Lease{}
+	lease = &coordinationv1.Lease{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}, lease); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// NonRoot is the user the images run as, as in distroless "nonroot".
+// NonRoot is the user the images run as, as in distroless "nonroot". The
+// images also run as any other UID with GID 0, as OpenShift's restricted-v2
+// SCC assigns one from the namespace's range: every file is root-owned and
+// readable and executable by everyone (see layer), and the binaries write
+// nothing to the image's filesystem (the root filesystem is read-only), so
+// no file needs to belong to the user that runs them.
 const NonRoot = "65532:65532"
 
 // Image describes one image.

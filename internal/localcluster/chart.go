@@ -45,6 +45,9 @@ type WebhookOptions struct {
 	Values map[string]any
 	// ReporterImage is the injected reporter's image.
 	ReporterImage string
+	// DropFlags are chart args (by flag name, "--name") left out: for
+	// running a build from before the chart gave them, to compare builds.
+	DropFlags []string
 }
 
 // Kinds of the chart that a local install applies; the webhook Deployment,
@@ -103,9 +106,12 @@ func (c *Cluster) InstallWebhook(ctx context.Context, bin string, o WebhookOptio
 	if dep == nil || len(dep.Spec.Template.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("the chart renders no webhook Deployment")
 	}
-	args := slices.Clone(dep.Spec.Template.Spec.Containers[0].Args)
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$(POD_NAMESPACE)", rel.Namespace)
+	var args []string
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.Contains(o.DropFlags, name) {
+			args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", rel.Namespace))
+		}
 	}
 	args = append(args,
 		"--kubeconfig="+c.Kubeconfig,

@@ -77,6 +77,7 @@ type Cluster struct {
 	controllers *localcluster.Process
 	scheduler   *localcluster.Process
 	kubelet     *localcluster.Process
+	extra       []*localcluster.Process
 	files       map[string]bool
 	adminToken  string
 	caPEM       []byte
@@ -160,6 +161,20 @@ func (c *Cluster) path(elem ...string) string {
 func (c *Cluster) start(name, bin string, args []string, env ...string) (*localcluster.Process, error) {
 	nbin, nargs := c.NetNS.Wrap(bin, args)
 	return localcluster.StartProcess(name, c.path("logs", name+".log"), nbin, nargs, env, nil)
+}
+
+// StartProcess runs bin inside the cluster's network namespace (so that it
+// reaches the API server at 127.0.0.1 and the API server reaches it there)
+// with its log in LogPath(name), and stops it with the cluster, after the
+// workloads are deleted and before the kubelet: for a test's own admission
+// webhook, for example.
+func (c *Cluster) StartProcess(name, bin string, args ...string) (*localcluster.Process, error) {
+	p, err := c.start(name, bin, args)
+	if err != nil {
+		return nil, err
+	}
+	c.extra = append(c.extra, p)
+	return p, nil
 }
 
 // LogPath is the log file of a component (containerd, etcd, kube-apiserver,

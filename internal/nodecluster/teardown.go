@@ -96,6 +96,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 			c.logf("%v", err)
 		}
 	}
+	for _, p := range c.extra {
+		stop(p, 5*time.Second)
+	}
 	stop(c.kubelet, 15*time.Second)
 	stop(c.scheduler, 5*time.Second)
 	stop(c.controllers, 5*time.Second)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -15,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -45,6 +49,9 @@ type Config struct {
 	// NamespaceSelector selects the namespaces served: the webhook
 	// configuration's namespaceSelector. No RoleBinding exists elsewhere.
 	NamespaceSelector labels.Selector
+	// Key returns the key the webhook signs status records with (nil until
+	// it is loaded); only signed records are bound.
+	Key func() []byte
 }
 
 // Validate reports a Config that cannot work.
@@ -62,49 +69,62 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// metadataOf is a metadata-only object of a kind, as the cache keys them.
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m
+}
+
+var (
+	deploymentGVK    = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	addonInstanceGVK = schema.GroupVersionKind{Group: "addons.managed.openshift.io", Version: "v1alpha1", Kind: "AddonInstance"}
+	leaseGVK         = coordinationv1.SchemeGroupVersion.WithKind("Lease")
+)
+
 // CacheOptions limit what the manager caches for this controller, so that
-// its permissions can be limited too: RoleBindings are listed and watched by
-// name only (RBAC resourceNames then applies to list and watch), and
-// Deployments are cut down to the fields read here (a cluster-wide cache of
-// whole Deployments would hold every pod template in the cluster).
+// its permissions and its memory are limited too: RoleBindings by name only
+// (RBAC resourceNames then applies to list and watch), Deployments and
+// AddonInstances as metadata only (the API server sends no pod template, so
+// the webhook never holds the env values and images of every workload of the
+// cluster), cut down further to the status record, and the election Leases
+// it made (by label) as metadata.
 func (c Config) CacheOptions() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&rbacv1.RoleBinding{}: {Field: fields.OneTermEqualSelector("metadata.name", c.RoleBindingName)},
-		&appsv1.Deployment{}:  {Transform: slimDeployment},
+		&rbacv1.RoleBinding{}:        {Field: fields.OneTermEqualSelector("metadata.name", c.RoleBindingName)},
+		metadataOf(deploymentGVK):    {Transform: slimMetadata(annotations.Status)},
+		metadataOf(addonInstanceGVK): {Transform: slimMetadata()},
+		metadataOf(leaseGVK):         {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue}), Transform: slimMetadata()},
 	}
 }
 
-// slimDeployment keeps what Subjects and the predicates read: identity, the
-// settings keys wherever they are written, the webhook's status record and
-// the ServiceAccount name. Every reader of Deployments from the manager's
-// cache sees only this.
-func slimDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return obj, nil
-	}
-	keys := annotations.OfDeployment(d).Keys()
-	slim := &appsv1.Deployment{
-		TypeMeta: d.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: d.Name, Namespace: d.Namespace, UID: d.UID,
-			ResourceVersion: d.ResourceVersion, DeletionTimestamp: d.DeletionTimestamp,
-			Annotations: keys.Annotations, Labels: keys.Labels,
-		},
-	}
-	if v, ok := d.Annotations[annotations.Status]; ok {
-		if slim.Annotations == nil {
-			slim.Annotations = map[string]string{}
+// slimMetadata keeps an object's identity and the annotations named keep.
+func slimMetadata(keep ...string) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
 		}
-		slim.Annotations[annotations.Status] = v
+		slim := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID,
+			ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
+		}}
+		for _, k := range keep {
+			if v, ok := m.Annotations[k]; ok {
+				if slim.Annotations == nil {
+					slim.Annotations = map[string]string{}
+				}
+				slim.Annotations[k] = v
+			}
+		}
+		return slim, nil
 	}
-	slim.Spec.Template.Annotations = keys.TemplateAnnotations
-	slim.Spec.Template.Spec.ServiceAccountName = d.Spec.Template.Spec.ServiceAccountName
-	return slim, nil
 }
 
 // Reconciler keeps the reporter RoleBinding of one namespace (the request's
-// Name) in line with the namespace's injected Deployments.
+// Name) in line with the namespace's signed status records and its
+// AddonInstances (see Plan), and creates the election Leases the reporters
+// use, which they may not create themselves.
 type Reconciler struct {
 	Client client.Client
 	Config Config
@@ -112,9 +132,9 @@ type Reconciler struct {
 }
 
 // SetupWithManager registers the controller: a namespace is reconciled when
-// it changes (its labels decide whether it is served), when an injected
-// Deployment in it changes, and when its RoleBinding changes (so that a
-// deleted or edited RoleBinding is put back).
+// it changes (its labels decide whether it is served), when a Deployment with
+// a status record, an AddonInstance, its RoleBinding (so that a deleted or
+// edited one is put back) or one of its election Leases changes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.Config.Validate(); err != nil {
 		return err
@@ -128,27 +148,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A namespace update matters only when its labels change: they decide
 		// whether the namespace is served.
 		For(&corev1.Namespace{}, builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		Watches(&appsv1.Deployment{}, toNamespace, builder.WithPredicates(injectedChanges())).
+		WatchesMetadata(metadataOf(deploymentGVK), toNamespace, builder.WithPredicates(recordChanges())).
+		WatchesMetadata(metadataOf(addonInstanceGVK), toNamespace, builder.WithPredicates(createOrDelete())).
+		WatchesMetadata(metadataOf(leaseGVK), toNamespace, builder.WithPredicates(createOrDelete())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace).
 		Complete(r)
 }
 
-// injectedChanges lets through the Deployment events that can change a
-// RoleBinding: any event of an injected Deployment, and an update that
-// injects or un-injects one. Status updates of injected Deployments pass
-// too; they cost one cached read each.
-func injectedChanges() predicate.Predicate {
-	injected := func(o client.Object) bool {
-		d, ok := o.(*appsv1.Deployment)
-		return ok && Injected(d)
+// recordChanges lets through the Deployment events that can change a grant:
+// those of a Deployment with a status record, before or after.
+func recordChanges() predicate.Predicate {
+	has := func(o client.Object) bool {
+		_, ok := o.GetAnnotations()[annotations.Status]
+		return ok
 	}
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return injected(e.Object) },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return injected(e.Object) },
-		UpdateFunc:  func(e event.UpdateEvent) bool { return injected(e.ObjectOld) || injected(e.ObjectNew) },
-		GenericFunc: func(e event.GenericEvent) bool { return injected(e.Object) },
+		CreateFunc:  func(e event.CreateEvent) bool { return has(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return has(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return has(e.ObjectOld) || has(e.ObjectNew) },
+		GenericFunc: func(e event.GenericEvent) bool { return has(e.Object) },
 	}
 }
+
+// createOrDelete: an AddonInstance or a Lease matters by its existence.
+func createOrDelete() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
+	}
+}
+
+// keyWait is how soon a namespace is looked at again while the signing key
+// is not loaded yet.
+const keyWait = 2 * time.Second
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -165,15 +196,76 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Its RoleBindings go with it; creating one now would be refused.
 		return reconcile.Result{}, nil
 	}
-	var subjects []rbacv1.Subject
-	if r.Config.NamespaceSelector.Matches(labels.Set(ns.Labels)) {
-		var deps appsv1.DeploymentList
-		if err := r.Client.List(ctx, &deps, client.InNamespace(nsName)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("listing Deployments in %s: %w", nsName, err)
+	var key []byte
+	if r.Config.Key != nil {
+		if key = r.Config.Key(); key == nil {
+			return reconcile.Result{RequeueAfter: keyWait}, nil
 		}
-		subjects = Subjects(nsName, deps.Items)
 	}
-	return reconcile.Result{}, r.apply(ctx, log, nsName, subjects)
+	var grant Grant
+	if r.Config.NamespaceSelector.Matches(labels.Set(ns.Labels)) {
+		deps, err := r.listMetadata(ctx, deploymentGVK, nsName)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		instances, err := r.listMetadata(ctx, addonInstanceGVK, nsName)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		var have rbacv1.RoleBinding
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: nsName, Name: r.Config.RoleBindingName}, &have); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("reading RoleBinding %s/%s: %w", nsName, r.Config.RoleBindingName, err)
+		}
+		var records []Deployment
+		for _, d := range deps {
+			records = append(records, Deployment{Name: d.Name, Annotations: d.Annotations})
+		}
+		var bound []string
+		if have.Labels[ManagedByLabel] == ManagedByValue {
+			bound = boundNames(nsName, have.Subjects)
+		}
+		grant = Plan(nsName, records, names(instances), bound, key)
+		for d, why := range grant.Refused {
+			log.V(1).Info("a status record grants nothing", "deployment", d, "reason", why)
+		}
+	}
+	if err := r.ensureLeases(ctx, log, nsName, grant.Leases); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.apply(ctx, log, nsName, grant.Subjects)
+}
+
+// listMetadata lists one kind's objects of namespace as metadata.
+func (r *Reconciler) listMetadata(ctx context.Context, gvk schema.GroupVersionKind, ns string) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing %ss in %s: %w", gvk.Kind, ns, err)
+	}
+	return list.Items, nil
+}
+
+// ensureLeases creates the election Leases that do not exist yet, with no
+// holder: the reporter role has no create (RBAC cannot limit create by name,
+// so a create permission would let a tenant make any Lease of its namespace).
+func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []string) error {
+	for _, name := range leases {
+		existing := metadataOf(leaseGVK)
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, existing)
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading Lease %s/%s: %w", ns, name, err)
+		}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
+		if err := r.Client.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Lease %s/%s: %w", ns, name, err)
+		}
+		log.Info("created the election Lease", "lease", name)
+	}
+	return nil
 }
 
 // apply makes the namespace's RoleBinding bind exactly subjects, deleting it
@@ -191,7 +283,7 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ns string, subj
 		if err := r.Client.Create(ctx, want); err != nil {
 			return fmt.Errorf("creating RoleBinding %s: %w", key, err)
 		}
-		log.Info("bound the reporter role", "roleBinding", key.Name, "serviceAccounts", names(subjects))
+		log.Info("bound the reporter role", "roleBinding", key.Name, "serviceAccounts", subjectNames(subjects))
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading RoleBinding %s: %w", key, err)
@@ -217,7 +309,7 @@ func (r *Reconciler) apply(ctx context.Context, log logr.Logger, ns string, subj
 	if err := r.Client.Update(ctx, &have); err != nil {
 		return fmt.Errorf("updating RoleBinding %s: %w", key, err)
 	}
-	log.Info("updated the reporter role binding", "roleBinding", key.Name, "serviceAccounts", names(subjects))
+	log.Info("updated the reporter role binding", "roleBinding", key.Name, "serviceAccounts", subjectNames(subjects))
 	return nil
 }
 
@@ -233,10 +325,18 @@ func (r *Reconciler) desired(ns string, subjects []rbacv1.Subject) *rbacv1.RoleB
 	}
 }
 
-func names(subjects []rbacv1.Subject) []string {
+func subjectNames(subjects []rbacv1.Subject) []string {
 	out := make([]string, 0, len(subjects))
 	for _, s := range subjects {
 		out = append(out, s.Name)
 	}
 	return slices.Clip(out)
+}
+
+func names(objs []metav1.PartialObjectMetadata) []string {
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.Name)
+	}
+	return out
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,8 +21,6 @@ import (
 )
 
 const reporterRole = "addon-heartbeat-reporter"
-
-var injected = map[string]string{annotations.Inject: "true"}
 
 // allowed asks the API server's authorizer whether sa in saNS may do attrs.
 func allowed(t *testing.T, saNS, sa string, attrs authzv1.ResourceAttributes) bool {
@@ -65,12 +66,18 @@ func waitSubjects(t *testing.T, ns string, want ...string) {
 // API server's authorizer allows that ServiceAccount exactly what the
 // reporter does, in its own namespace, and nothing else.
 func TestReporterPermissions(t *testing.T) {
-	ns := newNamespace(t, nil)
-	other := newNamespace(t, nil)
-	if err := k8s.Create(t.Context(), addon(ns, "my-addon", "my-addon-sa", injected)); err != nil {
+	ns := addonNamespace(t, nil)
+	other := addonNamespace(t, nil)
+	if err := k8s.Create(t.Context(), injected(t, ns, "my-addon", "my-addon-sa", "addon-instance")); err != nil {
 		t.Fatal(err)
 	}
 	waitSubjects(t, ns, "my-addon-sa")
+	// The reporter may not create its election Lease: the controller did.
+	poll(t, "the election Lease created by the controller", func(ctx context.Context) (bool, string) {
+		var l coordinationv1.Lease
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "addon-heartbeat-addon-instance"}, &l)
+		return err == nil && l.Labels[rbac.ManagedByLabel] == rbac.ManagedByValue && l.Spec.HolderIdentity == nil, fmt.Sprint(err)
+	})
 
 	const ai, group = "addon-instance", "addons.managed.openshift.io"
 	res := func(ns, group, resource, sub, verb, name string) authzv1.ResourceAttributes {
@@ -88,10 +95,14 @@ func TestReporterPermissions(t *testing.T) {
 		"update the status of a second listed instance": {res(ns, group, "addoninstances", "status", "update", "second"), true},
 		"get its Lease":                                 {res(ns, "coordination.k8s.io", "leases", "", "get", "addon-heartbeat-addon-instance"), true},
 		"update its Lease":                              {res(ns, "coordination.k8s.io", "leases", "", "update", "addon-heartbeat-addon-instance"), true},
-		"create a Lease":                                {res(ns, "coordination.k8s.io", "leases", "", "create", ""), true},
 		"list Deployments":                              {res(ns, "apps", "deployments", "", "list", ""), true},
 		"watch Deployments":                             {res(ns, "apps", "deployments", "", "watch", ""), true},
-		// Everything else.
+		// Everything else. No create anywhere: RBAC cannot limit create by
+		// name, so a create would reach every Lease of the namespace.
+		"create a Lease":                                  {res(ns, "coordination.k8s.io", "leases", "", "create", ""), false},
+		"create its Lease":                                {res(ns, "coordination.k8s.io", "leases", "", "create", "addon-heartbeat-addon-instance"), false},
+		"create an AddonInstance":                         {res(ns, group, "addoninstances", "", "create", ""), false},
+		"list Leases":                                     {res(ns, "coordination.k8s.io", "leases", "", "list", ""), false},
 		"update the AddonInstance spec":                   {res(ns, group, "addoninstances", "", "update", ai), false},
 		"patch the AddonInstance spec":                    {res(ns, group, "addoninstances", "", "patch", ai), false},
 		"delete the AddonInstance":                        {res(ns, group, "addoninstances", "", "delete", ai), false},
@@ -128,9 +139,9 @@ func TestReporterPermissions(t *testing.T) {
 // their ServiceAccounts and the RoleBinding goes with the last of them.
 func TestRoleBindingFollowsDeployments(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, nil)
-	a := addon(ns, "a", "sa-a", injected)
-	b := addon(ns, "b", "", injected) // runs as "default"
+	ns := addonNamespace(t, nil)
+	a := injected(t, ns, "a", "sa-a", "addon-instance")
+	b := injected(t, ns, "b", "", "addon-instance") // runs as "default"
 	if err := k8s.Create(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +153,9 @@ func TestRoleBindingFollowsDeployments(t *testing.T) {
 	}
 	waitSubjects(t, ns, "default", "sa-a")
 
-	// b changes its ServiceAccount.
+	// b changes its ServiceAccount, admitted by the webhook.
 	b.Spec.Template.Spec.ServiceAccountName = "sa-b"
+	b = admit(t, b)
 	if err := k8s.Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +165,8 @@ func TestRoleBindingFollowsDeployments(t *testing.T) {
 	}
 
 	// a opts out (the webhook removes its status annotation on the way).
-	a.Annotations = map[string]string{annotations.Inject: "false"}
+	a.Annotations[annotations.Inject] = "false"
+	a = admit(t, a)
 	if err := k8s.Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +185,8 @@ func TestRoleBindingFollowsDeployments(t *testing.T) {
 // A RoleBinding deleted or edited by hand is put back.
 func TestRoleBindingRestored(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, nil)
-	if err := k8s.Create(ctx, addon(ns, "a", "sa-a", injected)); err != nil {
+	ns := addonNamespace(t, nil)
+	if err := k8s.Create(ctx, injected(t, ns, "a", "sa-a", "addon-instance")); err != nil {
 		t.Fatal(err)
 	}
 	waitSubjects(t, ns, "sa-a")
@@ -202,17 +215,21 @@ func TestRoleBindingRestored(t *testing.T) {
 func TestNamespaceOutsideSelector(t *testing.T) {
 	ctx := t.Context()
 	disabled := map[string]string{"example.com/addons": "disabled"}
-	out := newNamespace(t, disabled)
-	if err := k8s.Create(ctx, addon(out, "a", "sa-a", injected)); err != nil {
+	out := addonNamespace(t, disabled)
+	if err := k8s.Create(ctx, injected(t, out, "a", "sa-a", "addon-instance")); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(ctx, addon("addon-heartbeat-system", "sneaky", "sa-sneaky", injected)); err != nil {
+	ai := newAddonInstance(t, "addon-heartbeat-system", "addon-instance")
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ai) })
+	sneaky := injected(t, "addon-heartbeat-system", "sneaky", "sa-sneaky", "addon-instance")
+	if err := k8s.Create(ctx, sneaky); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sneaky) })
 	// A namespace in the selector, created afterwards, as a sign that the
 	// controller has seen the Deployments above.
-	in := newNamespace(t, nil)
-	if err := k8s.Create(ctx, addon(in, "a", "sa-a", injected)); err != nil {
+	in := addonNamespace(t, nil)
+	if err := k8s.Create(ctx, injected(t, in, "a", "sa-a", "addon-instance")); err != nil {
 		t.Fatal(err)
 	}
 	waitSubjects(t, in, "sa-a")
@@ -241,4 +258,78 @@ func TestNamespaceOutsideSelector(t *testing.T) {
 	waitSubjects(t, out, "sa-a")
 	setLabels(out, disabled)
 	waitSubjects(t, out)
+}
+
+// Must show 3: a signed record binds nothing in a namespace where its
+// AddonInstance does not exist; the binding (and the election Lease) appear
+// when the operator creates the AddonInstance, and the binding goes with it.
+func TestBindsOnlyWhereTheAddonInstanceExists(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t, nil)
+	if err := k8s.Create(ctx, injected(t, ns, "a", "sa-a", "addon-instance")); err != nil {
+		t.Fatal(err)
+	}
+	// An addon namespace, created afterwards, as a sign that the controller
+	// has seen the Deployment above.
+	sign := addonNamespace(t, nil)
+	if err := k8s.Create(ctx, injected(t, sign, "a", "sa-a", "addon-instance")); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, sign, "sa-a")
+	if got, err := subjects(ctx, ns); !apierrors.IsNotFound(err) {
+		t.Fatalf("a namespace without the AddonInstance has a RoleBinding for %v (%v)", got, err)
+	}
+	var lease coordinationv1.Lease
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "addon-heartbeat-addon-instance"}, &lease); !apierrors.IsNotFound(err) {
+		t.Fatalf("a namespace without the AddonInstance got an election Lease (%v)", err)
+	}
+
+	ai := newAddonInstance(t, ns, "addon-instance")
+	waitSubjects(t, ns, "sa-a")
+	if !allowed(t, ns, "sa-a", authzv1.ResourceAttributes{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Subresource: "status", Verb: "update", Name: "addon-instance"}) {
+		t.Error("the ServiceAccount may not update the AddonInstance status once it exists")
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "addon-heartbeat-addon-instance"}, &lease); err != nil {
+		t.Errorf("no election Lease once the AddonInstance exists: %v", err)
+	}
+
+	if err := k8s.Delete(ctx, ai); err != nil {
+		t.Fatal(err)
+	}
+	waitSubjects(t, ns)
+}
+
+// Must show 1 (the controller's half): a status record the webhook did not
+// sign binds nothing: one edited to name another ServiceAccount, one
+// without a signature (the first record version, or written by hand while
+// the webhook was down under failurePolicy Ignore), and one copied from
+// another namespace. A pod template whose ServiceAccount changed behind the
+// webhook's back binds only what the record names.
+func TestUnsignedRecordsGrantNothing(t *testing.T) {
+	ctx := t.Context()
+	ns := addonNamespace(t, nil)
+	other := addonNamespace(t, nil)
+
+	edited := injected(t, ns, "edited", "sa-x", "addon-instance")
+	edited.Annotations[annotations.Status] = strings.Replace(edited.Annotations[annotations.Status], `"serviceAccount":"sa-x"`, `"serviceAccount":"sa-edited"`, 1)
+	unsigned := addon(ns, "unsigned", "sa-unsigned", map[string]string{annotations.Inject: "true",
+		annotations.Status: `{"version":2,"sidecar":"initContainers","serviceAccount":"sa-unsigned","addonInstance":"addon-instance"}`})
+	v1 := addon(ns, "v1", "sa-v1", map[string]string{annotations.Inject: "true",
+		annotations.Status: `{"version":1,"sidecar":"initContainers"}`})
+	copied := injected(t, other, "copied", "sa-copied", "addon-instance")
+	copied.Namespace = ns
+	behind := injected(t, ns, "behind", "sa-record", "addon-instance")
+	behind.Spec.Template.Spec.ServiceAccountName = "sa-template"
+	for _, d := range []*appsv1.Deployment{edited, unsigned, v1, copied, behind} {
+		if err := k8s.Create(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The one signed record of the namespace is the only subject.
+	waitSubjects(t, ns, "sa-record")
+	for _, sa := range []string{"sa-x", "sa-edited", "sa-unsigned", "sa-v1", "default", "sa-copied", "sa-template"} {
+		if allowed(t, ns, sa, authzv1.ResourceAttributes{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Subresource: "status", Verb: "update", Name: "addon-instance"}) {
+			t.Errorf("ServiceAccount %s got the reporter role from a record the webhook did not sign for it", sa)
+		}
+	}
 }

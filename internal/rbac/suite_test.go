@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,8 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
 // The chart's values for this suite: the default AddonInstance name plus
@@ -136,6 +139,9 @@ func installChart(ctx context.Context) (rbac.Config, error) {
 	if err != nil || !ok {
 		return rbac.Config{}, fmt.Errorf("the chart's args give no RBAC configuration (%v)", err)
 	}
+	// The webhook loads its key from a Secret; here it is fixed, and the
+	// tests sign their records with it as the webhook would.
+	cfg.Key = func() []byte { return recordKey }
 	return cfg, nil
 }
 
@@ -182,6 +188,52 @@ func newNamespace(t *testing.T, labels map[string]string) string {
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
 	return ns.Name
+}
+
+// recordKey is the suite's record signing key.
+var recordKey = []byte("the rbac suite's signing key, 32")
+
+// injected is a minimal Deployment running as sa (the namespace's default
+// when empty) as the webhook admits it for instance: injected, with the
+// status record signed.
+func injected(t *testing.T, ns, name, sa, instance string) *appsv1.Deployment {
+	t.Helper()
+	d := addon(ns, name, sa, map[string]string{annotations.Inject: "true", annotations.AddonInstance: instance})
+	return admit(t, d)
+}
+
+// admit is what the webhook does to d at admission: d becomes the mutated
+// Deployment.
+func admit(t *testing.T, d *appsv1.Deployment) *appsv1.Deployment {
+	t.Helper()
+	cfg := inject.DefaultConfig()
+	cfg.Image = "registry.example.com/reporter:v1"
+	cfg.RecordKey = recordKey
+	res, err := inject.Mutate(d, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Deployment
+}
+
+// newAddonInstance creates AddonInstance name in ns, as the operator does
+// in an addon's namespace.
+func newAddonInstance(t *testing.T, ns, name string) *addonsv1alpha1.AddonInstance {
+	t.Helper()
+	ai := &addonsv1alpha1.AddonInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: 10 * time.Second}}}
+	if err := k8s.Create(t.Context(), ai); err != nil {
+		t.Fatal(err)
+	}
+	return ai
+}
+
+// addonNamespace is a new namespace holding AddonInstance "addon-instance".
+func addonNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	ns := newNamespace(t, labels)
+	newAddonInstance(t, ns, "addon-instance")
+	return ns
 }
 
 // addon is a minimal Deployment running as sa, with annotations.

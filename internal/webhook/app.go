@@ -14,11 +14,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,6 +36,7 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certrotator"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -80,6 +84,9 @@ type Options struct {
 	// ReporterRoleBindingName. Empty turns RBAC provisioning off.
 	ReporterClusterRole     string
 	ReporterRoleBindingName string
+	// SigningSecretName is the Secret in Namespace holding the key that
+	// signs status records (RBAC provisioning binds only signed ones).
+	SigningSecretName string
 	// NamespaceSelector is the webhook configuration's namespaceSelector (a
 	// JSON metav1.LabelSelector): RoleBindings are only made in the
 	// namespaces it selects.
@@ -130,6 +137,7 @@ func DefaultOptions() Options {
 		WebhookConfigName:       "addon-heartbeat",
 		ReporterClusterRole:     "addon-heartbeat-reporter",
 		ReporterRoleBindingName: "addon-heartbeat-reporter",
+		SigningSecretName:       "addon-heartbeat-webhook-signing-key",
 		NamespaceSelector:       DefaultNamespaceSelector,
 		Port:                    9443,
 		CertDir:                 "/tmp/k8s-webhook-server/serving-certs",
@@ -190,6 +198,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookConfigName, "webhook-config-name", o.WebhookConfigName, "Self-managed mode: the MutatingWebhookConfiguration whose caBundle is kept current.")
 	fs.StringVar(&o.ReporterClusterRole, "reporter-cluster-role", o.ReporterClusterRole, "ClusterRole bound to the ServiceAccounts of injected Deployments; empty turns RBAC provisioning off.")
 	fs.StringVar(&o.ReporterRoleBindingName, "reporter-role-binding-name", o.ReporterRoleBindingName, "Name of the RoleBinding made in each namespace with injected Deployments.")
+	fs.StringVar(&o.SigningSecretName, "signing-secret-name", o.SigningSecretName, "Secret in --namespace holding the key that signs the status records the RBAC controller binds (created when missing).")
 	fs.StringVar(&o.NamespaceSelector, "namespace-selector", o.NamespaceSelector, "The webhook configuration's namespaceSelector as JSON; RoleBindings are only made in the namespaces it selects.")
 }
 
@@ -218,7 +227,16 @@ func (o Options) RBACConfig() (cfg rbac.Config, ok bool, err error) {
 		return rbac.Config{}, true, fmt.Errorf("--namespace-selector: %w", err)
 	}
 	cfg = rbac.Config{ClusterRole: o.ReporterClusterRole, RoleBindingName: o.ReporterRoleBindingName, NamespaceSelector: sel}
-	return cfg, true, cfg.Validate()
+	var errs []error
+	if len(o.ReporterAddonInstanceNames) == 0 {
+		// An empty list would be a reporter role without resourceNames:
+		// every AddonInstance and Lease of a bound namespace.
+		errs = append(errs, errors.New("--reporter-addon-instance-names: at least one AddonInstance name (the reporter role is limited to them)"))
+	}
+	if o.Namespace == "" || o.SigningSecretName == "" {
+		errs = append(errs, errors.New("--namespace and --signing-secret-name: must be set to provision RBAC (the record signing key's Secret)"))
+	}
+	return cfg, true, errors.Join(append(errs, cfg.Validate())...)
 }
 
 // CertConfig is the self-managed certificates' configuration.
@@ -379,7 +397,30 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	server := mgr.GetWebhookServer()
-	server.Register(Path, &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics})
+	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics}
+	if manageRBAC {
+		signing := &SigningKey{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+			Secret: types.NamespacedName{Namespace: o.Namespace, Name: o.SigningSecretName}, Log: log.WithName("signing-key")}
+		if err := mgr.Add(signing); err != nil {
+			return fmt.Errorf("adding the signing key loader: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("signing-key", signing.Checker()); err != nil {
+			return fmt.Errorf("adding the readiness check: %w", err)
+		}
+		reviews, err := authorizationv1client.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("creating the authorization client: %w", err)
+		}
+		var rules []rbacv1.PolicyRule
+		for _, n := range cfg.AddonInstanceNames {
+			rules = append(rules, heartbeat.PolicyRules(n)...)
+		}
+		h.Key = signing.Key
+		h.Onboarding = &Onboarding{Bindings: mgr.GetClient(), Reviews: reviews.SubjectAccessReviews(),
+			ClusterRole: rbacCfg.ClusterRole, BindingName: rbacCfg.RoleBindingName, Rules: rules}
+		rbacCfg.Key = signing.Key
+	}
+	server.Register(Path, h)
 	if selfManaged {
 		if err := certrotator.Setup(mgr, certCfg, src, log.WithName("certificates")); err != nil {
 			return fmt.Errorf("setting up self-managed certificates: %w", err)

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -74,6 +75,11 @@ type Handler struct {
 	Config  inject.Config
 	Log     logr.Logger
 	Metrics *Metrics
+	// Key, when set, returns the key that signs the status record.
+	Key func() []byte
+	// Onboarding, when set, applies the escalation rule to reviews that
+	// would give a ServiceAccount the reporter's permissions.
+	Onboarding *Onboarding
 	// now is the clock for latency; time.Now when nil.
 	now func() time.Time
 
@@ -123,6 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var (
 		req    *admissionv1.AdmissionRequest
 		obj    *appsv1.Deployment
+		old    *oldObject
 		status int
 		err    error
 	)
@@ -142,7 +149,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The server (controller-runtime's) sets no read timeout of its
 		// own; an error here only means the connection cannot have one.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(cmp.Or(h.readTimeout, bodyReadTimeout)))
-		req, obj, status, err = readRequest(w, r, buf)
+		req, obj, old, status, err = readRequest(w, r, buf)
 	}
 	if err != nil {
 		h.Metrics.observe(OutcomeBadRequest, false, now().Sub(start))
@@ -157,7 +164,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	dryRun := req.DryRun != nil && *req.DryRun
-	resp, outcome := h.review(req, obj)
+	resp, outcome := h.review(r.Context(), req, obj, old)
 	resp.UID = req.UID
 	elapsed := now().Sub(start)
 	h.Metrics.observe(outcome, dryRun, elapsed)
@@ -167,9 +174,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // review turns one admission request into a response. obj is the request's
 // object when it was decoded with the review; otherwise it is decoded from
-// req.Object here. It never panics on input: every malformed part yields a
-// denial that says what is wrong.
-func (h *Handler) review(req *admissionv1.AdmissionRequest, obj *appsv1.Deployment) (*admissionv1.AdmissionResponse, string) {
+// req.Object here; old is what was decoded of the old object, if any. It
+// never panics on input: every malformed part yields a denial that says what
+// is wrong.
+func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest, obj *appsv1.Deployment, old *oldObject) (*admissionv1.AdmissionResponse, string) {
 	if req.Kind != deploymentKind || req.Resource != deploymentResource || req.SubResource != "" {
 		return badRequest(fmt.Sprintf("expected an apps/v1 Deployment (resource deployments), got kind %s resource %s subresource %q",
 			gvkString(req.Kind), gvrString(req.Resource), req.SubResource))
@@ -187,11 +195,24 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest, obj *appsv1.Deployme
 			return badRequest("the object is not a valid apps/v1 Deployment: " + err.Error())
 		}
 	}
+	if obj.Namespace == "" {
+		// The signature covers the namespace; the API server sets it on the
+		// object before admission, so this only guards a client that does not.
+		obj.Namespace = req.Namespace
+	}
+	cfg := h.Config
+	if h.Key != nil {
+		cfg.RecordKey = h.Key()
+	}
 	// obj was decoded for this review alone: mutate it rather than a copy.
-	res, err := inject.MutateInPlace(obj, h.Config)
+	res, err := inject.MutateInPlace(obj, cfg)
 	if err != nil {
-		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: err.Error()}}, OutcomeDenied
+		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, err.Error())
+	}
+	if msg, err := h.onboard(ctx, req, res, old, cfg.RecordKey); err != nil {
+		return denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
+	} else if msg != "" {
+		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, msg)
 	}
 	resp := &admissionv1.AdmissionResponse{Allowed: true, Warnings: res.Warnings}
 	if len(res.Patch) > 0 {
@@ -209,6 +230,47 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest, obj *appsv1.Deployme
 	return resp, string(res.Action)
 }
 
+// onboard applies the escalation rule (see Onboarding) to a review that
+// leaves the Deployment injected: when the ServiceAccount its record names is
+// not the one the old object's signed record already vouched for, the user
+// must be allowed to give it the reporter's permissions. It returns the
+// denial's message, empty when the review may pass.
+func (h *Handler) onboard(ctx context.Context, req *admissionv1.AdmissionRequest, res inject.Result, old *oldObject, key []byte) (string, error) {
+	if h.Onboarding == nil || res.Action == inject.Removed {
+		return "", nil
+	}
+	rec, err := inject.ReadRecord(res.Deployment.Annotations)
+	if err != nil || rec == nil {
+		return "", nil // not injected: no subject
+	}
+	if req.UserInfo.Username == "" && len(req.UserInfo.Groups) == 0 {
+		// Only a client other than the API server sends none.
+		return "the admission request names no user, so nobody can be checked for the right to give ServiceAccount " +
+			req.Namespace + "/" + rec.ServiceAccount + " the heartbeat reporter's permissions", nil
+	}
+	if old != nil {
+		if prev, err := inject.ReadRecord(old.Metadata.Annotations); err == nil && prev != nil &&
+			prev.ServiceAccount == rec.ServiceAccount && prev.Verify(key, req.Namespace) == nil {
+			return "", nil // vouched for at an earlier admission
+		}
+	}
+	ok, why, err := h.Onboarding.Check(ctx, req.UserInfo, req.Namespace, rec.ServiceAccount)
+	if err != nil {
+		return "", fmt.Errorf("could not check whether %q may onboard ServiceAccount %s/%s: %w", req.UserInfo.Username, req.Namespace, rec.ServiceAccount, err)
+	}
+	if ok {
+		return "", nil
+	}
+	return fmt.Sprintf("user %q may not give ServiceAccount %s/%s the heartbeat reporter's permissions (ClusterRole %q), which this Deployment's %s would: %s. "+
+		"A cluster admin, or whoever may bind that ClusterRole in %s (OLM installing the addon does), must create this Deployment or set its ServiceAccount",
+		req.UserInfo.Username, req.Namespace, rec.ServiceAccount, h.Onboarding.ClusterRole, annotations.Inject, why, req.Namespace), nil
+}
+
+func denied(code int32, reason metav1.StatusReason, msg string) (*admissionv1.AdmissionResponse, string) {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}}, OutcomeDenied
+}
+
 func badRequest(msg string) (*admissionv1.AdmissionResponse, string) {
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest, Message: msg}}, OutcomeBadRequest
@@ -220,52 +282,60 @@ func badRequest(msg string) (*admissionv1.AdmissionResponse, string) {
 // otherwise it is nil and req.Object holds it raw. On failure it returns the
 // HTTP status to answer with, and the request as far as it was decoded (for
 // its UID).
-func readRequest(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*admissionv1.AdmissionRequest, *appsv1.Deployment, int, error) {
+func readRequest(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*admissionv1.AdmissionRequest, *appsv1.Deployment, *oldObject, int, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return nil, nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s: expected POST", r.Method)
+		return nil, nil, nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s: expected POST", r.Method)
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return nil, nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: expected application/json", r.Header.Get("Content-Type"))
+		return nil, nil, nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: expected application/json", r.Header.Get("Content-Type"))
 	}
 	if n := r.ContentLength; n > 0 && n <= maxBodyBytes {
 		buf.Grow(int(n) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxBodyBytes)
+			return nil, nil, nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxBodyBytes)
 		}
-		return nil, nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
+		return nil, nil, nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
 	}
 	body := buf.Bytes()
 	if len(body) == 0 {
-		return nil, nil, http.StatusBadRequest, errors.New("empty request body: expected an admission.k8s.io/v1 AdmissionReview")
+		return nil, nil, nil, http.StatusBadRequest, errors.New("empty request body: expected an admission.k8s.io/v1 AdmissionReview")
 	}
 	var fast fastReview
 	if err := json.Unmarshal(body, &fast); err == nil && fast.isV1() && fast.Request != nil {
-		return &fast.Request.AdmissionRequest, fast.Request.Object, 0, nil
+		return &fast.Request.AdmissionRequest, fast.Request.Object, fast.Request.OldObject, 0, nil
 	}
 	// Anything unexpected is decoded again the plain way, which says
 	// precisely what is wrong: the error paths are not worth a second
 	// implementation.
 	review := &admissionv1.AdmissionReview{}
 	if err := json.Unmarshal(body, review); err != nil {
-		return nil, nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
+		return nil, nil, nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
 	}
 	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
-		return review.Request, nil, http.StatusBadRequest, fmt.Errorf("got apiVersion %q kind %q: expected admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind)
+		return review.Request, nil, nil, http.StatusBadRequest, fmt.Errorf("got apiVersion %q kind %q: expected admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind)
 	}
 	if review.Request == nil {
-		return nil, nil, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
+		return nil, nil, nil, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
 	}
-	return review.Request, nil, 0, nil
+	var old *oldObject
+	if raw := review.Request.OldObject.Raw; len(raw) > 0 {
+		// The API server's stored object; one that does not decode is
+		// treated as vouching for nothing.
+		if err := json.Unmarshal(raw, &old); err != nil {
+			old = nil
+		}
+	}
+	return review.Request, nil, old, 0, nil
 }
 
 // fastReview is an AdmissionReview whose object is decoded as a Deployment
 // in the same pass as the review, instead of being copied out as raw bytes
 // and parsed again: on a typical 8 KB review that halves the JSON scanning.
-// oldObject and options, which the handler does not read, are skipped
-// without a copy. Decoding fails exactly where the two-pass decoding of an
+// Of oldObject only the annotations are kept, and options, which the
+// handler does not read, are skipped without a copy. Decoding fails exactly where the two-pass decoding of an
 // admissionv1.AdmissionReview and then its object would fail, and those
 // cases take that path (readRequest) for its error messages.
 type fastReview struct {
@@ -277,8 +347,16 @@ type fastRequest struct {
 	admissionv1.AdmissionRequest
 	// These shadow the embedded request's fields of the same names.
 	Object    *appsv1.Deployment `json:"object,omitempty"`
-	OldObject skippedValue       `json:"oldObject,omitempty"`
+	OldObject *oldObject         `json:"oldObject,omitempty"`
 	Options   skippedValue       `json:"options,omitempty"`
+}
+
+// oldObject is what the handler reads of an UPDATE's old Deployment: its
+// annotations (the status record the webhook signed), nothing else decoded.
+type oldObject struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
 }
 
 func (f *fastReview) isV1() bool {

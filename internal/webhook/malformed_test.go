@@ -18,7 +18,7 @@ func webhookClient(cfg *tls.Config) *http.Client {
 
 const validDeploymentReview = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1",
 "kind":{"group":"apps","version":"v1","kind":"Deployment"},"resource":{"group":"apps","version":"v1","resource":"deployments"},
-"operation":"CREATE","namespace":"ns","name":"d","object":%s}}`
+"operation":"CREATE","namespace":"ns","name":"d","userInfo":{"username":"admin","groups":["system:masters"]},"object":%s}}`
 
 func review(object string) string { return strings.Replace(validDeploymentReview, "%s", object, 1) }
 
@@ -55,6 +55,11 @@ func TestMalformedRequests(t *testing.T) {
 		"valid but not opted in": {body: review(`{"metadata":{"name":"d"}}`), wantStatus: http.StatusOK, wantAllowed: true},
 		"opted in, no containers": {body: review(`{"metadata":{"name":"d","annotations":{"addon-heartbeat.io/inject":"true"}}}`),
 			wantStatus: http.StatusOK, wantAllowed: true},
+		// Only the API server may ask: it always names the user, whom
+		// the escalation rule checks.
+		"opted in, no user": {body: strings.Replace(review(`{"metadata":{"name":"d","annotations":{"addon-heartbeat.io/inject":"true"}}}`),
+			`"userInfo":{"username":"admin","groups":["system:masters"]},`, "", 1),
+			wantStatus: http.StatusOK, wantMessage: "names no user"},
 	}
 	c := webhookClient(webhookTLS)
 	for name, tc := range tests {

@@ -12,7 +12,10 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
+// parseOptions parses args after what every webhook is given: its namespace
+// and the AddonInstance names of the reporter role.
 func parseOptions(args ...string) (Options, error) {
+	args = append([]string{"--namespace=addon-heartbeat-system", "--reporter-addon-instance-names=addon-instance"}, args...)
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -54,6 +57,9 @@ func TestOptions(t *testing.T) {
 				t.Errorf("platform %q", cfg.Platform)
 			}
 		}},
+		"RBAC without AddonInstance names": {args: []string{"--reporter-image=r:v1", "--reporter-addon-instance-names="},
+			wantErr: []string{"--reporter-addon-instance-names", "at least one"}},
+		"RBAC off: no names needed": {args: []string{"--reporter-image=r:v1", "--reporter-addon-instance-names=", "--reporter-cluster-role="}},
 		"bad platform":   {args: []string{"--reporter-image=r:v1", "--platform=okd"}, wantErr: []string{"--platform", `"okd"`, "kubernetes or openshift"}},
 		"bad quantity":   {args: []string{"--reporter-image=r:v1", "--reporter-memory-limit=lots"}, wantErr: []string{`--reporter-memory-limit="lots"`, "quantity"}},
 		"bad port":       {args: []string{"--reporter-image=r:v1", "--port=0"}, wantErr: []string{"--port=0"}},

@@ -83,6 +83,12 @@ func runSuite(m *testing.M) int {
 	options.ReporterImage = reporterImage
 	options.ReporterAddonInstanceNames = []string{"addon-instance"} // the chart's default
 	options.ShutdownTimeout = 5 * time.Second
+	// The webhook's own namespace holds its record signing key.
+	options.Namespace = "addon-heartbeat-system"
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: options.Namespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if injectCfg, err = options.InjectConfig(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

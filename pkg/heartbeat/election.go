@@ -81,11 +81,21 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 	}()
 	read := true // read the Lease before (re)opening the watch
 	var opened time.Time
+	r.lock.maxDuration = Timings(period).LeaseDuration
+	var checked time.Duration // the longest claim the AddonInstance was read again for
 	for ctx.Err() == nil {
 		var err error
 		if w == nil {
 			w, err = r.watchLease(ctx, read)
 			opened = r.clock.Now()
+		}
+		if claim := r.lock.claimed(); err == nil && claim > r.lock.maxDuration && claim > checked {
+			// The holder claims more than this process's bound: read
+			// the AddonInstance's period again (a longer period
+			// announced before this process saw it), once per claim.
+			checked = claim
+			period = r.probePeriod(ctx)
+			r.lock.maxDuration = Timings(period).LeaseDuration
 		}
 		held := false
 		if err == nil {

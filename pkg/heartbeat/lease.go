@@ -47,6 +47,10 @@ type leaseLock struct {
 	// validUntil is, while leading, when this process's hold ends by its own
 	// clock: the send time of its last successful write plus RenewDeadline.
 	validUntil time.Time
+	// maxDuration bounds how long a holder's record is honoured, whatever
+	// it claims: the lease duration for the AddonInstance's own period (see
+	// Reporter.boundHold). Zero: no bound.
+	maxDuration time.Duration
 }
 
 // observe records a version of the Lease seen at now (nil: there is none).
@@ -71,9 +75,22 @@ func (l *leaseLock) heldByOther(now time.Time) bool {
 	return now.Before(l.observedAt.Add(l.duration()))
 }
 
-// duration is how long the holder's record is good for: exact for the period
-// the holder announced, else the whole seconds of the record.
+// duration is how long the holder's record is good for: what it claims (see
+// claimed), but never more than maxDuration.
 func (l *leaseLock) duration() time.Duration {
+	d := l.claimed()
+	if l.maxDuration > 0 {
+		d = min(d, l.maxDuration)
+	}
+	return d
+}
+
+// claimed is the duration the holder's record claims: exact for the period
+// the holder announced, else the whole seconds of the record.
+func (l *leaseLock) claimed() time.Duration {
+	if l.lease == nil {
+		return 0
+	}
 	if p, err := time.ParseDuration(l.lease.Annotations[PeriodAnnotation]); err == nil {
 		return Timings(p).LeaseDuration
 	}
@@ -129,6 +146,13 @@ func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, er
 		lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
 		l.record(lease, period, now)
 		taken, err = l.kube.createLease(ctx, lease)
+		if apierrors.IsForbidden(err) {
+			// The zero-code reporter role has no create (RBAC cannot
+			// limit it by name): the webhook creates the Lease when it
+			// binds the role, and the watch brings it.
+			return false, fmt.Errorf("the election Lease %s does not exist yet and this reporter may not create it; "+
+				"it is made by whoever provisions the reporter's RBAC (the webhook, once the AddonInstance exists): %w", l.key, err)
+		}
 	} else {
 		next := l.lease.DeepCopy()
 		l.record(next, period, now)

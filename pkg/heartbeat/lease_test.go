@@ -327,3 +327,47 @@ func TestAwaitLease(t *testing.T) {
 		}
 	})
 }
+
+// Anyone who may update the Lease can write a holder and a huge period into
+// it. A standby honours no hold longer than the lease duration for its
+// AddonInstance's own period: a forged holder that never renews delays the
+// takeover by exactly that, 1.5 periods (plus the millisecond past the end
+// of the term), not by what the Lease claims.
+func TestAForgedLeaseDelaysTakeoverByNoMoreThanTheInstancesOwnBound(t *testing.T) {
+	const period = 2 * time.Second
+	claims := map[string]func(*coordinationv1.Lease){
+		"a period of 1000h": func(l *coordinationv1.Lease) {
+			l.Annotations = map[string]string{PeriodAnnotation: "1000h"}
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](3_600_000)
+		},
+		"a lease duration of 1000h and no period": func(l *coordinationv1.Lease) {
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](3_600_000)
+		},
+	}
+	for name, claim := range claims {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			createInstance(t, ns, "addon-instance", period)
+			rec := record(t, ns, "addon-instance")
+			clk := newDrivenClock(t)
+			t0 := clk.Now()
+			forged := &coordinationv1.Lease{ObjectMeta: leaseMeta(leaseKey(ns, "addon-instance")), Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To("forger"), RenewTime: &metav1.MicroTime{Time: t0}, AcquireTime: &metav1.MicroTime{Time: t0},
+			}}
+			claim(forged)
+			if err := k8s.Create(t.Context(), forged); err != nil {
+				t.Fatal(err)
+			}
+			rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
+			// It saw the forged hold at t0 and waits out 1.5 periods
+			// from then, no more.
+			takeover := t0.Add(Timings(period).LeaseDuration + time.Millisecond)
+			clk.fire(t, takeover, "the standby's look at the end of the bounded hold")
+			clk.beatAt(t, rec, takeover)
+			rn.awaitMetric(t, sentTotal, 1)
+			if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "pod-a" {
+				t.Errorf("holder %q after the takeover, want pod-a", got)
+			}
+		})
+	}
+}

@@ -12,8 +12,10 @@ import (
 //     selector on its name, so resourceNames applies to them too);
 //   - update its status (the heartbeat);
 //   - get, watch and update the election Lease LeaseName(instance)
-//     (standbys watch it, with a field selector on its name), and create
-//     Leases (create cannot be restricted by name);
+//     (standbys watch it, with a field selector on its name). No create:
+//     RBAC cannot restrict create by name, so whoever provisions a
+//     Reporter's RBAC creates the Lease (the webhook does for the sidecar);
+//     a Reporter that may create it does so itself;
 //   - list and watch Deployments (zero-code health; not needed in SDK mode
 //     without DeploymentHealth).
 //
@@ -27,7 +29,6 @@ func PolicyRules(instance string) []rbacv1.PolicyRule {
 			Verbs: []string{"update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName(instance)},
 			Verbs: []string{"get", "watch", "update"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
 	}
 }

@@ -651,6 +651,14 @@ func TestForbiddenIsLoggedClearlyRateLimitedAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The role has no create on Leases: it waits for the Lease, and says so.
+	eventually(t, 60*time.Second, "the reporter saying it may not create the Lease", func() (bool, error) {
+		return rn.logs.count("may not create it") >= 1, nil
+	})
+	// As the webhook does when it binds the role.
+	if err := k8s.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: leaseMeta(leaseKey(ns, "addon-instance"))}); err != nil {
+		t.Fatal(err)
+	}
 	granted := time.Now()
 	bs := rec.waitBeats(t, 3, 30*time.Second)
 	t.Logf("first heartbeat %s after the grant", bs[0].at.Sub(granted))

@@ -91,6 +91,10 @@ type Config struct {
 	MetricsPort int32
 	// LogLevel is passed to the reporter when set (debug, info, error).
 	LogLevel string
+	// RecordKey signs the status record (see Record): the RBAC controller
+	// binds the reporter role only for records signed with it. Empty leaves
+	// records unsigned.
+	RecordKey []byte
 	// AddonInstanceNames are the AddonInstances the reporter role allows
 	// (the chart's reporter.addonInstanceNames); empty means any. A
 	// Deployment that opts in for another name is still injected, with an

@@ -16,6 +16,7 @@ import (
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Image = "registry.example.com/addon-heartbeat/reporter:v0.1.0"
+	cfg.RecordKey = []byte("a key for the tests only, 32 b.")
 	return cfg
 }
 

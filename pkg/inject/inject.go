@@ -11,8 +11,6 @@
 package inject
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,7 +85,7 @@ func mutate(in *appsv1.Deployment, cfg Config, working func() *appsv1.Deployment
 	if err != nil {
 		return Result{}, err
 	}
-	prev, err := readRecord(in.Annotations)
+	prev, err := ReadRecord(in.Annotations)
 	if err != nil {
 		return Result{}, err
 	}
@@ -139,46 +137,6 @@ func instanceWarning(instance string, names []string) string {
 	return w(allowed)
 }
 
-// record is the value of the addon-heartbeat.io/status annotation: what was
-// injected, so that re-injection is idempotent and opting out removes exactly
-// that. It has no timestamp, so that a re-applied manifest changes nothing.
-type record struct {
-	Version int `json:"version"`
-	// Sidecar is the container list holding the reporter.
-	Sidecar string `json:"sidecar"`
-	// Env lists the containers that got ADDON_TARGET_NAMESPACE from us.
-	Env []string `json:"env,omitempty"`
-}
-
-const recordVersion = 1
-
-func readRecord(annots map[string]string) (*record, error) {
-	v, ok := annots[annotations.Status]
-	if !ok {
-		return nil, nil
-	}
-	bad := &annotations.Error{Key: annotations.Status, Value: v,
-		Expected: "the record written by the addon-heartbeat webhook (to reset it, remove this annotation and the " + ContainerName + " container)"}
-	dec := json.NewDecoder(strings.NewReader(v))
-	dec.DisallowUnknownFields()
-	var r record
-	if err := dec.Decode(&r); err != nil || dec.More() {
-		return nil, bad
-	}
-	if r.Version != recordVersion || (r.Sidecar != listInit && r.Sidecar != listRegular) {
-		return nil, bad
-	}
-	return &r, nil
-}
-
-func (r record) encode() string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(r) // a struct of strings and ints cannot fail to encode
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
 // mutation changes a Deployment copy and records, in the same order, the
 // JSON patch operations that make the same change to the request.
 type mutation struct {
@@ -205,7 +163,7 @@ func (m *mutation) find(name string) (string, int) {
 	return "", -1
 }
 
-func (m *mutation) inject(s annotations.Settings, cfg Config, prev *record) error {
+func (m *mutation) inject(s annotations.Settings, cfg Config, prev *Record) error {
 	want := reporterContainer(s, cfg)
 	wantList := listRegular
 	if cfg.NativeSidecar {
@@ -255,11 +213,13 @@ func (m *mutation) inject(s annotations.Settings, cfg Config, prev *record) erro
 		m.appendContainer(wantList, want)
 	}
 
-	m.setStatus(record{Version: recordVersion, Sidecar: wantList, Env: envd}.encode())
+	sa := serviceAccount(&m.d.Spec.Template.Spec)
+	m.setStatus(Record{Version: RecordVersion, Sidecar: wantList, Env: envd, ServiceAccount: sa, AddonInstance: s.AddonInstance,
+		Signature: Sign(cfg.RecordKey, m.d.Namespace, sa, s.AddonInstance)}.encode())
 	return nil
 }
 
-func (m *mutation) remove(prev *record) {
+func (m *mutation) remove(prev *Record) {
 	for _, l := range []string{listInit, listRegular} {
 		for i := range *m.list(l) {
 			c := &(*m.list(l))[i]

@@ -159,7 +159,11 @@ func checkCertificates(t *testing.T, objs []*unstructured.Unstructured, mode str
 	o := parseArgs(t, containerArgs(t, objs))
 	role := convert[rbacv1.Role](t, mustFind(t, objs, "Role", "addon-heartbeat-webhook"))
 	clusterRole := convert[rbacv1.ClusterRole](t, mustFind(t, objs, "ClusterRole", "addon-heartbeat-webhook"))
-	writesSecret := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "secrets") })
+	// Every mode reads (and may create) the status record signing key's
+	// Secret; only selfManaged touches the certificate's.
+	writesSecret := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "secrets") && slices.Contains(r.ResourceNames, secretName)
+	})
 	writesCABundle := hasRule(clusterRole.Rules, "mutatingwebhookconfigurations", "update", "")
 	if writesSecret != selfManaged || writesCABundle != selfManaged {
 		t.Errorf("%s: Secret access %t, webhook configuration updates %t; want both exactly in mode selfManaged", mode, writesSecret, writesCABundle)

@@ -61,6 +61,13 @@ app.kubernetes.io/component: webhook
 {{- define "addon-heartbeat.reporterRoleName" -}}
 {{- include "addon-heartbeat.fullname" . }}-reporter
 {{- end }}
+{{/*
+The Secret holding the key that signs the webhook's status records.
+*/}}
+{{- define "addon-heartbeat.signingSecretName" -}}
+{{ include "addon-heartbeat.fullname" . }}-webhook-signing-key
+{{- end }}
+
 {{- define "addon-heartbeat.tlsSecretName" -}}
 {{- include "addon-heartbeat.fullname" . }}-webhook-tls
 {{- end }}
