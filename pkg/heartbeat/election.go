@@ -399,6 +399,26 @@ func (t *term) current() *addonsv1alpha1.AddonInstance {
 	return ai
 }
 
+// maxWrittenOver bounds the versions remembered as replaced by this term's
+// own writes: a watch that lags further than that many heartbeats costs one
+// conflict and a read.
+const maxWrittenOver = 16
+
+// wrote records a successful write of written over base, which replaced the
+// versions over. When base was this term's own last write (the watch had not
+// brought it), the versions that write replaced are still ones the watch
+// may hold: they are kept, so that a watch lagging by several writes still
+// leads to the newest version rather than to a conflict.
+func (t *term) wrote(base, written *addonsv1alpha1.AddonInstance, over []string) {
+	if base != nil && base == t.written {
+		over = append(slices.Clone(t.writtenOver), over...)
+		if n := len(over); n > maxWrittenOver {
+			over = over[n-maxWrittenOver:]
+		}
+	}
+	t.written, t.writtenOver = written, over
+}
+
 // newest is the version to write the next heartbeat over: the cached one,
 // unless the watch has not yet brought this term's last write (the cache
 // still holds a version that write replaced), where writing over the cache
@@ -415,7 +435,10 @@ func (t *term) observe() target {
 	if ai != nil {
 		t.r.knownPeriod.Store(int64(Period(ai)))
 	}
-	return target{present: ai != nil, period: Period(ai)}
+	if ai == nil {
+		return target{period: Period(ai)}
+	}
+	return target{present: true, uid: ai.UID, period: Period(ai)}
 }
 
 // beat is one heartbeat of the loop: renew the Lease, then write.
@@ -449,10 +472,11 @@ func (t *term) beat(ctx context.Context) beatResult {
 	comps := t.components(ctx, period)
 
 	start := r.clock.Now()
-	written, over, err := r.write(ctx, t.newest(ai), comps)
+	base := t.newest(ai)
+	written, over, err := r.write(ctx, base, comps)
 	r.metrics.latency.Observe(r.clock.Since(start).Seconds())
 	if err == nil {
-		t.written, t.writtenOver = written, over
+		t.wrote(base, written, over)
 		r.metrics.sent.Inc()
 		r.metrics.lastSuccess.Set(float64(r.clock.Now().UnixNano()) / 1e9)
 		if r.failing {

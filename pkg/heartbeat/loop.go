@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
@@ -23,7 +24,10 @@ const (
 // target is what the loop knows of its AddonInstance between heartbeats.
 type target struct {
 	present bool
-	period  time.Duration
+	// uid tells a recreated AddonInstance from the one before it: a
+	// deletion and a creation can reach the loop as one change.
+	uid    types.UID
+	period time.Duration
 }
 
 // loop is the one goroutine that schedules and performs heartbeats.
@@ -56,8 +60,9 @@ func (l *loop) run(ctx context.Context) {
 			t := l.observe()
 			now := l.clock.Now()
 			switch {
-			case t.present && !cur.present:
-				// (re)created, or the watch just synced: beat at once.
+			case t.present && (!cur.present || t.uid != cur.uid):
+				// (re)created, or the watch just synced: beat at once
+				// (also over a retry still due for the deleted one).
 				origin, due, backoff = now, now, 0
 			case t.period != cur.period:
 				last := lastTick(origin, cur.period, now)

@@ -354,6 +354,32 @@ func TestLoopBeatsAtOnceWhenTheInstanceAppears(t *testing.T) {
 	sameTimes(t, h.beatTimes(), []time.Duration{0, ms(2500)})
 }
 
+// The AddonInstance is deleted and created anew while a retry for a write
+// to the deleted one is pending, and the loop sees both as one change: it
+// beats at once for the new one.
+func TestLoopBeatsAtOnceWhenTheInstanceIsRecreated(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h := newLoopHarness(t, target{present: true, uid: "first", period: 2 * time.Second})
+	stop := h.run(h.loop())
+	h.advanceTo(ms(1950))
+	// The write at 2s goes to the instance just deleted and fails: a retry
+	// is armed for max(100ms, period/10) later.
+	h.results <- beatFailed
+	h.fire()
+	if at := h.waitIdle().Sub(h.start); at != ms(2200) {
+		t.Fatalf("retry armed for %s, want 2.2s", at)
+	}
+	h.advanceTo(ms(2100))
+	if next := h.change(target{present: true, uid: "second", period: 2 * time.Second}); next != ms(2100) {
+		t.Errorf("after the instance was recreated at 2.1s the next beat is armed for %s, want at once", next)
+	}
+	h.advanceTo(ms(2150))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	sameTimes(t, h.beatTimes(), []time.Duration{0, ms(2000), ms(2100)})
+}
+
 func TestLoopKeepsAPendingRetryWhenThePeriodChanges(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	h := newLoopHarness(t, target{present: true, period: 10 * time.Second})

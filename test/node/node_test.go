@@ -676,6 +676,14 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	step("OpenShift: restricted-v2 assigns the UIDs", func(t *testing.T) {
+		openshiftPlatform(t, names.deployment, webhookSelector)
+	})
+
+	step("OpenShift: service CA certificate renewed", func(t *testing.T) {
+		openshiftServiceCA(t, names.deployment, names.service, names.webhookConfig, webhookSelector)
+	})
+
 	step("helm uninstall", func(t *testing.T) {
 		var before appsv1.Deployment
 		if err := cluster.Client.Get(suiteCtx, operatorKey, &before); err != nil {
