@@ -162,7 +162,7 @@ func TestOnlyWhoMayGrantTheReporterRoleOnboards(t *testing.T) {
 			d.Spec.Template.Annotations = map[string]string{annotations.Inject: "true"}
 			return d
 		}(),
-		"forged status record": withSA(addon(ns, "forged", map[string]string{annotations.Inject: "true", annotations.Status: forgedRecord}), "tenant-sa"),
+		"forged status record":                   withSA(addon(ns, "forged", map[string]string{annotations.Inject: "true", annotations.Status: forgedRecord}), "tenant-sa"),
 		"the namespace's default ServiceAccount": addon(ns, "as-default", optIn()),
 	}
 	for name, d := range denials {

@@ -248,26 +248,36 @@ func TestDryRunIsMutatedButNotCounted(t *testing.T) {
 // the key, the value and what is expected.
 func TestInvalidAnnotationDenied(t *testing.T) {
 	ns := newNamespace(t)
+	long := "http://127.0.0.1:8081/" + strings.Repeat("a", 40<<10)
 	tests := map[string]struct {
 		key, value string
 		expected   string
+		shown      string // how the denial shows the value; quoted in full when empty
 	}{
-		"inject":         {annotations.Inject, "yes", `expected "true" or "false"`},
-		"delete-ack":     {annotations.DeleteAck, "sometime", `expected "auto" or "manual"`},
-		"health-url":     {annotations.HealthURL, "http://metrics.example.com:8080/healthz", "loopback host"},
-		"addon-instance": {annotations.AddonInstance, "Not_Valid", "DNS-1123 subdomain"},
-		"status":         {annotations.Status, "done", "record written by the addon-heartbeat webhook"},
+		"inject":         {key: annotations.Inject, value: "yes", expected: `expected "true" or "false"`},
+		"delete-ack":     {key: annotations.DeleteAck, value: "sometime", expected: `expected "auto" or "manual"`},
+		"health-url":     {key: annotations.HealthURL, value: "http://metrics.example.com:8080/healthz", expected: "loopback host"},
+		"addon-instance": {key: annotations.AddonInstance, value: "Not_Valid", expected: "DNS-1123 subdomain"},
+		"status":         {key: annotations.Status, value: "done", expected: "record written by the addon-heartbeat webhook"},
+		// A 40 KB URL: the denial names the key, the length and the limit,
+		// and shows only the start of the value.
+		"health-url of 40 KB": {key: annotations.HealthURL, value: long, shown: `"` + long[:64] + `..."`,
+			expected: "a URL of at most 2048 bytes (this one has 40982)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			annots := optIn()
 			annots[tc.key] = tc.value
 			before := scrape(t)
-			err := k8s.Create(t.Context(), addon(ns, "invalid-"+name, annots))
+			err := k8s.Create(t.Context(), addon(ns, "invalid-"+strings.ToLower(strings.ReplaceAll(name, " ", "-")), annots))
 			if !apierrors.IsForbidden(err) {
 				t.Fatalf("create: got %v, want a denial", err)
 			}
-			for _, s := range []string{tc.key, `"` + tc.value + `"`, tc.expected} {
+			shown := tc.shown
+			if shown == "" {
+				shown = `"` + tc.value + `"`
+			}
+			for _, s := range []string{tc.key, shown, tc.expected} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("denial %q does not name %q", err, s)
 				}

@@ -314,9 +314,21 @@ func ParseDeleteAck(v string) (DeleteAckMode, error) {
 	}
 }
 
+// MaxHealthURLLength bounds the health URL: it reaches the reporter's
+// arguments and, when the check fails, the Degraded message, which the API
+// server limits to 32,768 bytes for the whole condition; a pod-local health
+// endpoint needs nothing near this.
+const MaxHealthURLLength = 2048
+
 // ValidateHealthURL accepts an absolute http or https URL whose host is a
-// loopback address (127.0.0.0/8, ::1) or "localhost", with an explicit port.
+// loopback address (127.0.0.0/8, ::1) or "localhost", with an explicit port,
+// of at most MaxHealthURLLength bytes.
 func ValidateHealthURL(v string) error {
+	if len(v) > MaxHealthURLLength {
+		// The value is cut in the message: a denial must stay readable.
+		return &Error{Key: HealthURL, Value: v[:64] + "...",
+			Expected: fmt.Sprintf("a URL of at most %d bytes (this one has %d)", MaxHealthURLLength, len(v))}
+	}
 	bad := func(why string) error {
 		return &Error{Key: HealthURL, Value: v,
 			Expected: "an http or https URL on a pod-local loopback host with a port, such as http://127.0.0.1:8081/healthz (" + why + ")"}

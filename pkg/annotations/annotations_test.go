@@ -154,6 +154,10 @@ func TestValidateHealthURL(t *testing.T) {
 		"credentials":         {url: "http://user:secret@127.0.0.1:8081/", wantWhy: "credentials"},
 		"not a URL":           {url: "http://%zz", wantWhy: "not a URL"},
 		"localhost lookalike": {url: "http://localhost.evil.example:80/", wantWhy: "host must be"},
+		// Issue: a 16 KB URL, twice in the Degraded message, made every
+		// status write too long for the API server.
+		"at the length limit": {url: "http://127.0.0.1:8081/" + strings.Repeat("a", MaxHealthURLLength-len("http://127.0.0.1:8081/"))},
+		"40 KB":               {url: "http://127.0.0.1:8081/" + strings.Repeat("a", 40<<10), wantWhy: "a URL of at most 2048 bytes (this one has 40982)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -166,6 +170,9 @@ func TestValidateHealthURL(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantWhy) {
 				t.Fatalf("error %v, want one saying %q", err, tc.wantWhy)
+			}
+			if len(err.Error()) > 1024 {
+				t.Errorf("the error is %d bytes long: it must not repeat a long value", len(err.Error()))
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("the error repeats a credential: %v", err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
@@ -111,7 +110,7 @@ func degraded(comps []Component) metav1.Condition {
 		}
 		return metav1.Condition{
 			Type: ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonAllComponentsAvailable,
-			Message: "available: " + strings.Join(names, ", "),
+			Message: joinBounded("available: ", names, ", ", "", MaxMessage),
 		}
 	}
 	reason := down[0].Reason
@@ -127,7 +126,7 @@ func degraded(comps []Component) metav1.Condition {
 	}
 	return metav1.Condition{
 		Type: ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason,
-		Message: strings.Join(msgs, "; "),
+		Message: joinBounded("", msgs, "; ", "", MaxMessage),
 	}
 }
 
@@ -148,7 +147,7 @@ func installed(comps []Component, done bool) metav1.Condition {
 	return metav1.Condition{
 		Type: ConditionInstalled, Status: metav1.ConditionFalse,
 		Reason:  addonsv1alpha1.AddonInstanceInstalledReasonBlocked.String(),
-		Message: "waiting for " + strings.Join(waiting, ", ") + " to become available",
+		Message: joinBounded("waiting for ", waiting, ", ", " to become available", MaxMessage),
 	}
 }
 

@@ -207,7 +207,9 @@ func (r *Reporter) IsLeader() bool {
 
 // SetHealth reports the health of one component of the addon (SDK mode). It
 // replaces an earlier report of the same name. Components drive Degraded and
-// Installed together with the Deployments and the health URL.
+// Installed together with the Deployments and the health URL. A message
+// over MaxMessage bytes is cut to it, and the Degraded and Installed messages
+// built from many components list the first and count the rest.
 func (r *Reporter) SetHealth(c Component) error {
 	if c.Name == "" {
 		return errors.New("heartbeat: component name is empty")
@@ -222,6 +224,7 @@ func (r *Reporter) SetHealth(c Component) error {
 			c.Message = c.Name + " unavailable"
 		}
 	}
+	c.Message = truncate(c.Message, MaxMessage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.components[c.Name] = c
@@ -242,8 +245,11 @@ func (r *Reporter) RemoveHealth(name string) {
 // The short upstream type names (Degraded, Installed, ReadyToBeDeleted) get
 // their group prefix. Healthy is refused: the addon-operator computes it.
 // LastTransitionTime and ObservedGeneration are filled in by the Reporter.
+// A message over MaxMessage bytes is cut to it, with a marker.
 func (r *Reporter) SetCondition(c metav1.Condition) error {
 	c.Type = normalizeType(c.Type)
+	// A long message is cut, not refused: the heartbeat never depends on it.
+	c.Message = truncate(c.Message, MaxMessage)
 	if err := ValidateCondition(c); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"fmt"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +17,12 @@ import (
 // it would default to: the container that comes back from the API server is
 // then exactly the one computed here, so a later admission of the same
 // Deployment finds nothing to change (no patch, no rollout).
-func reporterContainer(s annotations.Settings, cfg Config) corev1.Container {
+//
+// In a hostNetwork pod the reporter's ports are the node's: they are declared
+// as container ports (the API server makes them host ports), so that the
+// scheduler's port rule keeps a second replica off a node that runs one,
+// instead of a reporter that cannot bind and exits.
+func reporterContainer(s annotations.Settings, cfg Config, hostNetwork bool) corev1.Container {
 	args := []string{
 		"--addon-instance=" + s.AddonInstance,
 		"--delete-ack=" + string(s.DeleteAck),
@@ -52,7 +58,44 @@ func reporterContainer(s annotations.Settings, cfg Config) corev1.Container {
 	if cfg.NativeSidecar {
 		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	}
+	if hostNetwork {
+		c.Ports = []corev1.ContainerPort{
+			{Name: "hb-health", ContainerPort: cfg.HealthPort, HostPort: cfg.HealthPort, Protocol: corev1.ProtocolTCP},
+			{Name: "hb-metrics", ContainerPort: cfg.MetricsPort, HostPort: cfg.MetricsPort, Protocol: corev1.ProtocolTCP},
+		}
+	}
 	return c
+}
+
+// portClash is the first port of the addon's own containers that the
+// reporter of a hostNetwork pod would also bind on the node, as an error
+// that says what to change; nil when there is none or the pod is not on the
+// host's network.
+func portClash(spec *corev1.PodSpec, cfg Config) error {
+	if !spec.HostNetwork {
+		return nil
+	}
+	ours := map[int32]string{cfg.HealthPort: "health probes", cfg.MetricsPort: "metrics"}
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range list {
+			if c.Name == ContainerName {
+				continue
+			}
+			for _, p := range c.Ports {
+				if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+					continue
+				}
+				for _, port := range []int32{p.ContainerPort, p.HostPort} {
+					if what, ok := ours[port]; ok {
+						return fmt.Errorf("this hostNetwork pod's container %q declares port %d, which the injected heartbeat reporter binds on the node for its %s "+
+							"(reporter ports %d and %d, the chart's reporter.healthPort and reporter.metricsPort): move that port, or remove annotation %s",
+							c.Name, port, what, cfg.HealthPort, cfg.MetricsPort, annotations.Inject)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // securityContext is the reporter's security context on platform (see

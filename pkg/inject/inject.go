@@ -164,7 +164,10 @@ func (m *mutation) find(name string) (string, int) {
 }
 
 func (m *mutation) inject(s annotations.Settings, cfg Config, prev *Record) error {
-	want := reporterContainer(s, cfg)
+	if err := portClash(m.spec(), cfg); err != nil {
+		return err
+	}
+	want := reporterContainer(s, cfg, m.spec().HostNetwork)
 	wantList := listRegular
 	if cfg.NativeSidecar {
 		wantList = listInit

@@ -363,8 +363,10 @@ func TestOptInByLabelOrPodTemplateAnnotation(t *testing.T) {
 	cfg := testConfig()
 	want := injected(t, deployment(optIn()), cfg)
 	forms := map[string]func(d *appsv1.Deployment, v string){
-		"label":                   func(d *appsv1.Deployment, v string) { d.Labels = map[string]string{annotations.Inject: v} },
-		"pod template annotation": func(d *appsv1.Deployment, v string) { d.Spec.Template.Annotations = map[string]string{annotations.Inject: v} },
+		"label": func(d *appsv1.Deployment, v string) { d.Labels = map[string]string{annotations.Inject: v} },
+		"pod template annotation": func(d *appsv1.Deployment, v string) {
+			d.Spec.Template.Annotations = map[string]string{annotations.Inject: v}
+		},
 	}
 	for name, set := range forms {
 		t.Run(name, func(t *testing.T) {

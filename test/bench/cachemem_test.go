@@ -169,7 +169,7 @@ func teamDeployment(ns, name string) *appsv1.Deployment {
 	container := func(n string) corev1.Container {
 		return corev1.Container{
 			Name: n, Image: "registry.example.com/" + ns + "/" + name + ":v1.2.3", Env: env,
-			Args: []string{"--listen=:8080", "--metrics=:9090", "--log-level=info"},
+			Args:  []string{"--listen=:8080", "--metrics=:9090", "--log-level=info"},
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "metrics", ContainerPort: 9090}},
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},

@@ -684,6 +684,8 @@ func TestRealNode(t *testing.T) {
 		openshiftServiceCA(t, names.deployment, names.service, names.webhookConfig, webhookSelector)
 	})
 
+	step("hostNetwork addon: reporter ports on the node", hostNetworkAddon)
+
 	step("helm uninstall", func(t *testing.T) {
 		var before appsv1.Deployment
 		if err := cluster.Client.Get(suiteCtx, operatorKey, &before); err != nil {

@@ -1,0 +1,91 @@
+package heartbeat
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// No message stops the heartbeat. 300 injected Deployments with
+// 253-character names (none available: each has a message naming it) and an
+// SDK component with a 100 KB message: the API server accepts every status
+// write, heartbeats go on at the period, and Degraded and Installed carry
+// valid messages cut to MaxMessage, listing the first components and
+// counting the rest. Before the bound, the API server refused every write
+// ("may not be more than 32768 bytes").
+func TestHeartbeatsDoNotDependOnTheSizeOfAMessage(t *testing.T) {
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", time.Second)
+	rec := record(t, ns, "addon-instance")
+	const n = 300
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name := fmt.Sprintf("d%03d-%s", i, strings.Repeat("n", 253-5))
+			labels := map[string]string{"app": fmt.Sprintf("d%03d", i)} // label values stop at 63
+			d := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{"addon-heartbeat.io/inject": "true"}},
+				Spec: appsv1.DeploymentSpec{
+					Selector: &metav1.LabelSelector{MatchLabels: labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/addon:v1"}}}},
+				},
+			}
+			if err := k8s.Create(t.Context(), d); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only", DeploymentHealth: true})
+	if err := rn.SetHealth(Component{Name: "database", Reason: "ConnectionRefused", Message: strings.Repeat("m", 100<<10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rn.SetCondition(metav1.Condition{Type: "example.com/Synced", Status: metav1.ConditionFalse, Reason: "Behind", Message: strings.Repeat("s", 100<<10)}); err != nil {
+		t.Fatalf("SetCondition refused a long message, want it cut: %v", err)
+	}
+	// Heartbeats once every component is in the message, at the period.
+	eventually(t, 30*time.Second, "a heartbeat with all 300 Deployments and the SDK component in Degraded", func() (bool, error) {
+		ai := getInstance(t, ns, "addon-instance")
+		c := meta.FindStatusCondition(ai.Status.Conditions, ConditionDegraded)
+		return c != nil && strings.HasSuffix(c.Message, fmt.Sprintf("and %d more", n+1-strings.Count(c.Message, "; "))), nil
+	})
+	start := len(rec.snapshot())
+	bs := rec.waitBeats(t, start+3, 30*time.Second)
+	for _, g := range gaps(bs[start-1:]) {
+		if g > 3*time.Second {
+			t.Errorf("heartbeat gap %s at a 1s period", g)
+		}
+	}
+	ai := getInstance(t, ns, "addon-instance")
+	for _, typ := range []string{ConditionDegraded, ConditionInstalled, "example.com/Synced"} {
+		c := meta.FindStatusCondition(ai.Status.Conditions, typ)
+		if c == nil {
+			t.Errorf("no %s condition", typ)
+			continue
+		}
+		if len(c.Message) > MaxMessage {
+			t.Errorf("%s message is %d bytes, over %d", typ, len(c.Message), MaxMessage)
+		}
+		t.Logf("%s (%d bytes): %s ... %s", typ, len(c.Message), c.Message[:min(60, len(c.Message))], c.Message[max(0, len(c.Message)-60):])
+	}
+	if c := meta.FindStatusCondition(ai.Status.Conditions, ConditionInstalled); c == nil || !strings.HasSuffix(c.Message, " more to become available") {
+		t.Errorf("Installed does not count the components it leaves out: %+v", c)
+	}
+	if c := meta.FindStatusCondition(ai.Status.Conditions, "example.com/Synced"); c == nil || !strings.HasSuffix(c.Message, "bytes more)") {
+		t.Errorf("the SDK condition's message is not cut with a marker: %+v", c)
+	}
+}
