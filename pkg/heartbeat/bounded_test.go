@@ -89,3 +89,35 @@ func TestHeartbeatsDoNotDependOnTheSizeOfAMessage(t *testing.T) {
 		t.Errorf("the SDK condition's message is not cut with a marker: %+v", c)
 	}
 }
+
+// A period the reporter cannot meet (an explicit 0s, 100ms): it heartbeats
+// at its 1s floor, says so once in its log, and exports both the requested
+// and the followed period.
+func TestAPeriodBelowTheFloorIsFollowedAtTheFloorAndSaidOnce(t *testing.T) {
+	for name, asked := range map[string]time.Duration{"0s": 0, "100ms": 100 * time.Millisecond} {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			createInstance(t, ns, "addon-instance", asked)
+			if got := getInstance(t, ns, "addon-instance").Spec.HeartbeatUpdatePeriod.Duration; got != asked {
+				t.Fatalf("the API server stored %s, want %s", got, asked)
+			}
+			rec := record(t, ns, "addon-instance")
+			rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"})
+			bs := rec.waitBeats(t, 4, 30*time.Second)
+			for _, g := range gaps(bs[1:]) {
+				if g < 500*time.Millisecond {
+					t.Errorf("heartbeats %s apart: faster than the 1s floor", g)
+				}
+			}
+			if n := rn.logs.count("below the reporter's floor", `"heartbeatUpdatePeriod"="`+asked.String()+`"`); n != 1 {
+				t.Errorf("said %d times, want once:\n%s", n, rn.logs)
+			}
+			if got := rn.metric(t, "addon_heartbeat_period_seconds"); got != 1 {
+				t.Errorf("addon_heartbeat_period_seconds = %v, want 1", got)
+			}
+			if got := rn.metric(t, "addon_heartbeat_period_requested_seconds"); got != asked.Seconds() {
+				t.Errorf("addon_heartbeat_period_requested_seconds = %v, want %v", got, asked.Seconds())
+			}
+		})
+	}
+}

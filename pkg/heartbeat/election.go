@@ -434,6 +434,7 @@ func (t *term) observe() target {
 	ai := t.current()
 	if ai != nil {
 		t.r.knownPeriod.Store(int64(Period(ai)))
+		t.r.notePeriod(ai)
 	}
 	if ai == nil {
 		return target{period: Period(ai)}

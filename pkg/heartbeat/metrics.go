@@ -26,6 +26,9 @@ type metrics struct {
 	leader      prometheus.Gauge
 	conflicts   prometheus.Counter
 	elections   *prometheus.CounterVec
+	// asked is the period the AddonInstance asks for, and used the one
+	// heartbeats follow: they differ when the spec is below the floor.
+	asked, used prometheus.Gauge
 }
 
 // Results of an attempt to take the election Lease, the "result" label.
@@ -68,6 +71,15 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, error).",
 	}, append(instanceLabels, "result"))
 
+	asked := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_period_requested_seconds",
+		Help: "The AddonInstance's spec.heartbeatUpdatePeriod, as the leader last saw it.",
+	}, instanceLabels)
+	used := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_period_seconds",
+		Help: "The period the leader heartbeats at: the requested one, or the 1s floor when it asks for less (0 included).",
+	}, instanceLabels)
+
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
 		if e := reg.Register(c); e != nil {
@@ -86,6 +98,8 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	leader = register(leader).(*prometheus.GaugeVec)
 	conflicts = register(conflicts).(*prometheus.CounterVec)
 	elections = register(elections).(*prometheus.CounterVec)
+	asked = register(asked).(*prometheus.GaugeVec)
+	used = register(used).(*prometheus.GaugeVec)
 	if err != nil {
 		return nil, err
 	}
@@ -106,5 +120,7 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		leader:      leader.With(l),
 		conflicts:   conflicts.With(l),
 		elections:   electionsCurried,
+		asked:       asked.With(l),
+		used:        used.With(l),
 	}, nil
 }

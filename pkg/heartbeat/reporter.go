@@ -87,6 +87,9 @@ type Reporter struct {
 	health  *healthChecker
 	started atomic.Bool
 	leading atomic.Bool
+	// belowFloor is the requested period last said to be below the
+	// floor (a string of it), so that it is said once per value.
+	belowFloor atomic.Value
 	// knownPeriod is the last period seen (nanoseconds), for election
 	// timings when the AddonInstance cannot be read.
 	knownPeriod     atomic.Int64
@@ -373,4 +376,25 @@ func failureReason(err error) string {
 func isConnectionError(err error) bool {
 	var opErr *net.OpError
 	return errors.As(err, &opErr)
+}
+
+// notePeriod exports the requested and the followed period, and says once,
+// per requested value, when the AddonInstance asks for a period below the
+// floor: the addon-operator times out an addon whose heartbeat is older than
+// 3 requested periods, which the reporter cannot meet below it.
+func (r *Reporter) notePeriod(ai *addonsv1alpha1.AddonInstance) {
+	asked, used := ai.Spec.HeartbeatUpdatePeriod.Duration, Period(ai)
+	r.metrics.asked.Set(asked.Seconds())
+	r.metrics.used.Set(used.Seconds())
+	if asked >= MinPeriod {
+		r.belowFloor.Store("")
+		return
+	}
+	if prev, _ := r.belowFloor.Load().(string); prev == asked.String() {
+		return
+	}
+	r.belowFloor.Store(asked.String())
+	r.log.Info("the AddonInstance asks for a heartbeat period below the reporter's floor: heartbeating at the floor; "+
+		"the addon-operator judges heartbeats against 3 requested periods, so it will report them as timed out until the period is raised",
+		"heartbeatUpdatePeriod", asked.String(), "floor", MinPeriod.String())
 }

@@ -34,15 +34,13 @@ func Period(ai *addonsv1alpha1.AddonInstance) time.Duration {
 	return clampPeriod(ai.Spec.HeartbeatUpdatePeriod.Duration)
 }
 
+// clampPeriod is the period heartbeats follow for a requested one: the floor
+// for anything below it, 0 included (an explicit 0s is stored as it is: the
+// CRD default applies only to an absent field). The addon-operator then
+// judges by the requested period and times the addon out whatever it does;
+// heartbeating as often as the reporter allows comes closest.
 func clampPeriod(p time.Duration) time.Duration {
-	switch {
-	case p <= 0:
-		return DefaultPeriod
-	case p < MinPeriod:
-		return MinPeriod
-	default:
-		return p
-	}
+	return max(p, MinPeriod)
 }
 
 // WriteTimeout bounds one heartbeat (health check and status write with its

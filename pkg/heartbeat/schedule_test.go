@@ -18,11 +18,13 @@ func TestPeriod(t *testing.T) {
 		ai   *addonsv1alpha1.AddonInstance
 		want time.Duration
 	}{
-		"nil instance":   {nil, DefaultPeriod},
-		"zero":           {&addonsv1alpha1.AddonInstance{}, DefaultPeriod},
+		"nil instance": {nil, DefaultPeriod},
+		// An explicit 0s is stored (the CRD default is for an absent
+		// field): heartbeat at the floor, as for any period below it.
+		"zero":           {&addonsv1alpha1.AddonInstance{}, MinPeriod},
 		"set":            {withPeriod(30 * time.Second), 30 * time.Second},
 		"below minimum":  {withPeriod(10 * time.Millisecond), MinPeriod},
-		"negative":       {withPeriod(-time.Second), DefaultPeriod},
+		"negative":       {withPeriod(-time.Second), MinPeriod},
 		"minimum itself": {withPeriod(time.Second), time.Second},
 	}
 	for name, tt := range tests {
