@@ -46,12 +46,15 @@ type Grant struct {
 // A ServiceAccount is bound only for a record the webhook signed (so the
 // escalation check at admission passed for it) that names an AddonInstance
 // of the namespace: annotating a Deployment binds nothing by itself, and
-// nothing is bound in a namespace that is not an addon's (where the operator
-// created no AddonInstance). A record the webhook did not sign (written before
-// records were signed, or forged) adds nothing, but while such a record is
-// there the ServiceAccounts bound now stay bound: an upgrade takes no
-// permission away from a running addon, and its next admission signs the
-// record.
+// nothing at all is bound in a namespace that is not an addon's (where the
+// operator created no AddonInstance, or deleted it). A record the webhook did
+// not sign adds nothing. While a version 1 record (written before records
+// were signed) is there, the ServiceAccounts bound now stay bound: an upgrade
+// takes no permission away from a running addon, and its next admission
+// signs the record. Anyone who may write a Deployment can write such a record
+// too, so it keeps only what an admin onboarded, and only while the
+// namespace is an addon's; an unsigned or mis-signed version 2 record keeps
+// nothing.
 func Plan(namespace string, deps []Deployment, instances, bound []string, key []byte) Grant {
 	g := Grant{Refused: map[string]string{}}
 	var names, leases []string
@@ -61,14 +64,13 @@ func Plan(namespace string, deps []Deployment, instances, bound []string, key []
 		switch {
 		case err != nil:
 			g.Refused[d.Name] = err.Error()
-			keep = true
 			continue
 		case rec == nil:
 			continue
 		}
 		if err := rec.Verify(key, namespace); err != nil {
 			g.Refused[d.Name] = err.Error() + ": nothing is bound for it until its next admission"
-			keep = true
+			keep = keep || rec.Version == 1
 			continue
 		}
 		if !slices.Contains(instances, rec.AddonInstance) {
@@ -78,7 +80,7 @@ func Plan(namespace string, deps []Deployment, instances, bound []string, key []
 		names = append(names, rec.ServiceAccount)
 		leases = append(leases, heartbeat.LeaseName(rec.AddonInstance))
 	}
-	if keep {
+	if keep && len(instances) > 0 {
 		names = append(names, bound...)
 	}
 	slices.Sort(names)

@@ -46,6 +46,17 @@ func TestPlan(t *testing.T) {
 			deps:      []Deployment{{"old", v1}, {"new", signed(ns, "sa-new", "addon-instance")}},
 			instances: []string{"addon-instance"}, bound: []string{"sa-old"},
 			subjects: []string{"sa-new", "sa-old"}, leases: []string{"addon-heartbeat-addon-instance"}, refused: []string{"old"}},
+		// A tenant can write a version 1 record too: it keeps nothing once
+		// the AddonInstance is gone, and a version 2 record without a
+		// valid signature, or a value that is no record, keeps nothing.
+		"version 1 records keep nothing without an AddonInstance": {
+			deps: []Deployment{{"old", v1}}, bound: []string{"sa-old"}, refused: []string{"old"}},
+		"an unsigned version 2 record keeps nothing": {
+			deps: []Deployment{{"a", unsigned}}, instances: []string{"addon-instance"}, bound: []string{"sa-old"}, refused: []string{"a"}},
+		"a record signed elsewhere keeps nothing": {
+			deps: []Deployment{{"a", forged}}, instances: []string{"addon-instance"}, bound: []string{"sa-old"}, refused: []string{"a"}},
+		"not a record keeps nothing": {
+			deps: []Deployment{{"a", map[string]string{annotations.Status: "done"}}}, instances: []string{"addon-instance"}, bound: []string{"sa-old"}, refused: []string{"a"}},
 		"sorted, no duplicates, a Lease per instance": {
 			deps:      []Deployment{{"b", signed(ns, "sa-b", "second")}, {"a", signed(ns, "sa-a", "addon-instance")}, {"c", signed(ns, "sa-b", "addon-instance")}},
 			instances: []string{"addon-instance", "second"}, subjects: []string{"sa-a", "sa-b"},
