@@ -26,10 +26,9 @@ const signingKeyField = "key"
 // the same key and the RBAC controller, on whichever replica leads, verifies
 // with it. Every replica loads it at start; the first to find none creates
 // it (a create is atomic, so all end up with the winner's). It is never
-// rotated: records signed with a lost key grant no new binding, and keep an
-// existing one only as long as an injected Deployment still names its
-// ServiceAccount (see internal/rbac), until their next admission signs them
-// anew.
+// rotated: a record signed with a lost key is one the RBAC controller cannot
+// tell from a forged one, so it binds nothing (see internal/rbac) until the
+// Deployment's next admission signs it anew.
 type SigningKey struct {
 	// Reader reads the Secret straight from the API server (a get by name,
 	// which RBAC can limit to that name); Writer creates it.
