@@ -260,10 +260,15 @@ func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns strin
 		}
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
-		if err := r.Client.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch err := r.Client.Create(ctx, lease); {
+		case apierrors.IsAlreadyExists(err):
+			// Made by a reporter that could still create Leases (an
+			// earlier version), so without the label the cache filters on.
+		case err != nil:
 			return fmt.Errorf("creating Lease %s/%s: %w", ns, name, err)
+		default:
+			log.Info("created the election Lease", "lease", name)
 		}
-		log.Info("created the election Lease", "lease", name)
 	}
 	return nil
 }
