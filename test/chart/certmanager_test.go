@@ -74,16 +74,7 @@ func TestCertManagerMode(t *testing.T) {
 	// cert-manager replaces the CA and the serving certificate.
 	secondCA := issue(t, secretKey, certName, certDir)
 	waitCABundle(t, mwcName, secondCA)
-	poll(t, "the webhook serving the new certificate without a restart", func(context.Context) (bool, string) {
-		_, err := served(r, secondCA)
-		return err == nil, fmt.Sprint(err)
-	})
-	poll(t, "admission with the new certificate", func(ctx context.Context) (bool, string) {
-		// The API server may still hold a connection from before; a new
-		// Deployment name per attempt.
-		err := createInjected(ctx, ns, fmt.Sprintf("second-%d", time.Now().UnixNano()))
-		return err == nil, fmt.Sprint(err)
-	})
+	awaitRenewal(t, r, ns, secondCA)
 }
 
 // issue does what cert-manager does when it issues the serving Certificate:

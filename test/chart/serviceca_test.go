@@ -83,16 +83,7 @@ func TestOpenShiftServiceCAMode(t *testing.T) {
 	// The service CA renews the certificate, here from a new CA.
 	secondCA := serviceCAIssue(t, svc, certDir)
 	serviceCAInjectBundle(t, mwcName, secondCA)
-	poll(t, "the webhook serving the renewed certificate without a restart", func(context.Context) (bool, string) {
-		_, err := served(r, secondCA)
-		return err == nil, fmt.Sprint(err)
-	})
-	poll(t, "admission with the renewed certificate", func(ctx context.Context) (bool, string) {
-		// The API server may still hold a connection from before; a new
-		// Deployment name per attempt.
-		err := createInjected(ctx, ns, fmt.Sprintf("second-%d", time.Now().UnixNano()))
-		return err == nil, fmt.Sprint(err)
-	})
+	awaitRenewal(t, r, ns, secondCA)
 }
 
 // serviceCAIssue does what the service CA's serving-cert signer does for a

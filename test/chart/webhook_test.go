@@ -220,3 +220,20 @@ func containerNames(d *appsv1.Deployment) []string {
 	}
 	return out
 }
+
+// awaitRenewal waits until replica r serves a certificate of the CA in
+// bundle (the mounted Secret, renewed, reloaded without a restart) and the
+// API server admits an opted-in Deployment in ns through it.
+func awaitRenewal(t *testing.T, r replica, ns string, bundle []byte) {
+	t.Helper()
+	poll(t, "the webhook serving the renewed certificate without a restart", func(context.Context) (bool, string) {
+		_, err := served(r, bundle)
+		return err == nil, fmt.Sprint(err)
+	})
+	poll(t, "admission with the renewed certificate", func(ctx context.Context) (bool, string) {
+		// The API server may still hold a connection from before; a new
+		// Deployment name per attempt.
+		err := createInjected(ctx, ns, fmt.Sprintf("second-%d", time.Now().UnixNano()))
+		return err == nil, fmt.Sprint(err)
+	})
+}
