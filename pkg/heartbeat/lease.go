@@ -21,6 +21,18 @@ import (
 // the AddonInstance.
 const PeriodAnnotation = "addon-heartbeat.io/period"
 
+// InstanceAnnotation on the election Lease names the AddonInstance it elects
+// the writer for. The holder sets it with every renewal; the chart's fencing
+// policy (a ValidatingAdmissionPolicy with the Lease as its param) reads it
+// to find the Lease of the AddonInstance whose status is written, since
+// LeaseName's hash suffix cannot be computed in CEL.
+const InstanceAnnotation = "addon-heartbeat.io/addon-instance"
+
+// ProcessAnnotation on the election Lease is a random token of the holding
+// process, fresh at each start: two processes given the same Identity tell
+// each other apart by it (see Options.Identity).
+const ProcessAnnotation = "addon-heartbeat.io/holder-process"
+
 // errLeaseLost means another holder has the Lease: the term ends at once.
 var errLeaseLost = errors.New("the Lease has another holder")
 
