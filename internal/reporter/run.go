@@ -178,9 +178,11 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	if cfg.HealthProbeAddr != "0" {
 		// Readiness gates the addon pod (a native sidecar's readiness
 		// counts), so it means "configured and serving" and never depends
-		// on the API server or on leadership.
+		// on the API server or on leadership. Liveness fails only when the
+		// heartbeat loop is stuck (Reporter.Healthz), so that the kubelet
+		// restarts the sidecar.
 		mux := http.NewServeMux()
-		mux.HandleFunc("GET /healthz", ok)
+		mux.HandleFunc("GET /healthz", checked(log.WithName("healthz"), r.Healthz))
 		mux.HandleFunc("GET /readyz", ok)
 		endpoints = append(endpoints, &endpoint{what: "health probes", flag: "--health-probe-bind-address",
 			addr: cfg.HealthProbeAddr, server: newServer(mux, errorLog)})
@@ -258,6 +260,22 @@ func newServer(h http.Handler, errorLog *stdlog.Logger) *http.Server {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    1 << 16,
 		ErrorLog:          errorLog,
+	}
+}
+
+// checked answers 500 with the check's error when it fails (logged, since
+// the kubelet only records the status), ok otherwise.
+func checked(log logr.Logger, check func(*http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if err := check(req); err != nil {
+			log.Error(err, "liveness check failed")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, err.Error())
+			return
+		}
+		ok(w, req)
 	}
 }
 

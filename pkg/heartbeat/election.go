@@ -29,7 +29,10 @@ func (r *Reporter) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("heartbeat: Reporter already started")
 	}
+	r.activity.mark(r.clock.Now())
+	r.running.Store(true)
 	defer func() {
+		r.running.Store(false)
 		if r.health != nil {
 			r.health.close()
 		}
@@ -83,6 +86,7 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 	var opened time.Time
 	r.lock.maxDuration = Timings(period).LeaseDuration
 	var checked time.Duration // the longest claim the AddonInstance was read again for
+	sameIdentitySaid := false
 	for ctx.Err() == nil {
 		var err error
 		if w == nil {
@@ -97,9 +101,14 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 			period = r.probePeriod(ctx)
 			r.lock.maxDuration = Timings(period).LeaseDuration
 		}
+		r.activity.mark(r.clock.Now())
 		held := false
 		if err == nil {
-			held, err = r.lock.acquire(ctx, period)
+			// Bounded like a heartbeat, so that an API server that
+			// stops answering delays the next try, never stops tries.
+			actx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
+			held, err = r.lock.acquire(actx, period)
+			cancel()
 		}
 		wait := r.lock.wait(period)
 		switch {
@@ -115,6 +124,15 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 			return true
 		default:
 			r.metrics.elections.WithLabelValues(electionHeld).Inc()
+			if r.lock.heldBySameIdentity() && !sameIdentitySaid {
+				// An earlier run of this process that did not release the
+				// Lease (it crashed), or a second process given this
+				// identity: either way wait for that hold to end.
+				log.Info("the Lease is held under this process's identity by another process: "+
+					"an earlier run of it, or a second process with the same identity (each needs its own); "+
+					"waiting for that hold to end", "identity", r.opts.Identity)
+				sameIdentitySaid = true
+			}
 		}
 		if open, ok := awaitLease(ctx, w, r.lock, r.clock.After(wait)); !open {
 			if w != nil {
@@ -136,7 +154,10 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 // seen, after reading the Lease into the lock when read is set.
 func (r *Reporter) watchLease(ctx context.Context, read bool) (watch.Interface, error) {
 	if read {
-		if err := r.lock.refresh(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
+		err := r.lock.refresh(rctx)
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -243,7 +264,7 @@ func (r *Reporter) lead(ctx context.Context, lock *leaseLock) {
 		// Stop leading when the hold runs out even if no heartbeat is due
 		// to notice: is_leader must not outlive the Lease. Renewals only
 		// move the deadline; the timer re-arms itself when it fires early.
-		t.deadline.Store(lock.validUntil.UnixNano())
+		t.setDeadline(lock.validUntil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -344,8 +365,8 @@ func (r *Reporter) sleep(ctx context.Context, d time.Duration) {
 // term is the leader's view of the cluster for one term.
 type term struct {
 	r           *Reporter
-	lock        *leaseLock   // nil without leader election
-	deadline    atomic.Int64 // end of the hold, Unix nanoseconds
+	lock        *leaseLock                // nil without leader election
+	deadline    atomic.Pointer[time.Time] // end of the hold (see setDeadline)
 	end         context.CancelFunc
 	instance    toolscache.SharedIndexInformer
 	deployments toolscache.SharedIndexInformer
@@ -356,10 +377,20 @@ type term struct {
 	writtenOver []string
 }
 
+// setDeadline moves the end of the hold. It keeps the time.Time whole, with
+// the monotonic reading the clock gave it: stored as Unix nanoseconds it
+// would be compared by the wall clock, and after an NTP step back the
+// leader (IsLeader, is_leader) would outlive a hold a standby has already
+// taken over.
+func (t *term) setDeadline(at time.Time) { t.deadline.Store(&at) }
+
+// holdEnd is the end of the hold (see setDeadline).
+func (t *term) holdEnd() time.Time { return *t.deadline.Load() }
+
 // watchDeadline ends the term when the hold runs out.
 func (t *term) watchDeadline(ctx context.Context) {
 	clk := t.r.clock
-	timer := clk.NewTimer(time.Unix(0, t.deadline.Load()).Sub(clk.Now()))
+	timer := clk.NewTimer(t.holdEnd().Sub(clk.Now()))
 	defer timer.Stop()
 	for {
 		select {
@@ -367,7 +398,7 @@ func (t *term) watchDeadline(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
-		left := time.Unix(0, t.deadline.Load()).Sub(clk.Now())
+		left := t.holdEnd().Sub(clk.Now())
 		if left <= 0 {
 			t.lost("could not renew the Lease in time")
 			return
@@ -445,6 +476,7 @@ func (t *term) observe() target {
 // beat is one heartbeat of the loop: renew the Lease, then write.
 func (t *term) beat(ctx context.Context) beatResult {
 	r := t.r
+	r.activity.mark(r.clock.Now())
 	ai := t.current()
 	period := r.period() // the last one seen, while there is no AddonInstance
 	if ai != nil {
@@ -474,7 +506,7 @@ func (t *term) beat(ctx context.Context) beatResult {
 
 	start := r.clock.Now()
 	base := t.newest(ai)
-	written, over, err := r.write(ctx, base, comps)
+	written, over, err := r.write(ctx, base, comps, t.held)
 	r.metrics.latency.Observe(r.clock.Since(start).Seconds())
 	if err == nil {
 		t.wrote(base, written, over)
@@ -501,6 +533,12 @@ func (t *term) beat(ctx context.Context) beatResult {
 	return beatFailed
 }
 
+// held reports whether the term's hold still runs (always, without leader
+// election).
+func (t *term) held() bool {
+	return t.lock == nil || t.r.clock.Now().Before(t.lock.validUntil)
+}
+
 // renew extends the hold before a heartbeat. False means the heartbeat must
 // not be written.
 func (t *term) renew(ctx context.Context, period time.Duration) bool {
@@ -508,10 +546,10 @@ func (t *term) renew(ctx context.Context, period time.Duration) bool {
 	err := t.lock.renew(ctx, period)
 	switch {
 	case err == nil:
-		t.deadline.Store(t.lock.validUntil.UnixNano())
+		t.setDeadline(t.lock.validUntil)
 		return true
 	case errors.Is(err, errLeaseLost):
-		t.lost("another replica holds it")
+		t.lost(err.Error())
 		return false
 	}
 	reason := failureReason(err)

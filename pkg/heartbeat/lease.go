@@ -49,6 +49,13 @@ type leaseLock struct {
 	kube     *kube
 	key      types.NamespacedName
 	identity string
+	// process tells this process from others with the same identity (an
+	// earlier run of it, or a second process misconfigured with the same
+	// Options.Identity): ProcessAnnotation on the records it writes.
+	process string
+	// instance is the AddonInstance this Lease elects for
+	// (InstanceAnnotation).
+	instance string
 	clock    clock.PassiveClock
 
 	// lease is the last version read or written.
@@ -63,28 +70,66 @@ type leaseLock struct {
 	// it claims: the lease duration for the AddonInstance's own period (see
 	// Reporter.boundHold). Zero: no bound.
 	maxDuration time.Duration
+	// fence is when the term of the holder of a Lease that was deleted (or
+	// deleted and made again) ends: that holder may still be finishing a
+	// heartbeat it began before the deletion, so no new term starts before
+	// this, whatever the new Lease says.
+	fence time.Time
 }
 
 // observe records a version of the Lease seen at now (nil: there is none).
 func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) {
-	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) {
+	if l.lease != nil && (lease == nil || lease.UID != l.lease.UID) {
+		// The Lease is gone, or is another object of the same name: the
+		// holder of the one gone keeps its term to the end (see fence).
+		if end, held := l.otherHoldEnd(now); held && end.After(l.fence) {
+			l.fence = end
+		}
+	}
+	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) ||
+		lease.Annotations[ProcessAnnotation] != l.lease.Annotations[ProcessAnnotation] {
 		l.observedAt = now
 	}
 	l.lease = lease
 }
 
-// heldByOther reports whether another holder's term is still running at now
-// (never while there is no Lease).
+// heldByOther reports whether another holder's term is still running at now.
 func (l *leaseLock) heldByOther(now time.Time) bool {
-	if l.lease == nil {
+	_, held := l.otherHoldEnd(now)
+	return held
+}
+
+// otherHoldEnd is when another holder's term ends, if one is running at now:
+// the record's (never while there is no Lease), or the fence of a Lease that
+// was deleted. Another holder is another identity, or this identity written
+// by another process (see ownedBy).
+func (l *leaseLock) otherHoldEnd(now time.Time) (time.Time, bool) {
+	var end time.Time
+	if l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && !l.ownedBy(l.lease) {
+		end = l.observedAt.Add(l.duration())
+	}
+	if l.fence.After(end) {
+		end = l.fence
+	}
+	return end, now.Before(end)
+}
+
+// ownedBy reports whether the record of lease is this process's own hold: its
+// identity, written by this process. A record of this identity without
+// ProcessAnnotation was written by an earlier version, which did not set
+// it, and counts as this process's, as it did then.
+func (l *leaseLock) ownedBy(lease *coordinationv1.Lease) bool {
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.identity {
 		return false
 	}
-	spec := l.lease.Spec
-	holder := ptr.Deref(spec.HolderIdentity, "")
-	if holder == "" || holder == l.identity {
-		return false
-	}
-	return now.Before(l.observedAt.Add(l.duration()))
+	p, ok := lease.Annotations[ProcessAnnotation]
+	return !ok || p == l.process
+}
+
+// heldBySameIdentity reports whether the record is held under this
+// process's identity by another process.
+func (l *leaseLock) heldBySameIdentity() bool {
+	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") == l.identity && !l.ownedBy(l.lease)
 }
 
 // duration is how long the holder's record is good for: what it claims (see
@@ -124,7 +169,7 @@ func (l *leaseLock) period(fallback time.Duration) time.Duration {
 func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, now time.Time) {
 	t := Timings(period)
 	spec := &lease.Spec
-	if ptr.Deref(spec.HolderIdentity, "") != l.identity {
+	if !l.ownedBy(lease) {
 		if ptr.Deref(spec.HolderIdentity, "") != "" {
 			spec.LeaseTransitions = ptr.To(ptr.Deref(spec.LeaseTransitions, 0) + 1)
 		}
@@ -137,6 +182,12 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[PeriodAnnotation] = period.String()
+	if l.instance != "" {
+		lease.Annotations[InstanceAnnotation] = l.instance
+	}
+	if l.process != "" {
+		lease.Annotations[ProcessAnnotation] = l.process
+	}
 }
 
 // acquire takes the Lease when the last version seen (nil: there is none)
@@ -214,11 +265,20 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 		// Someone wrote the Lease since: read it to learn whether it is
 		// still this process's (a label edit) or taken.
 		fresh, gerr := l.kube.getLease(ctx, l.key)
+		if apierrors.IsNotFound(gerr) {
+			// Deleted (a PUT over a deleted object conflicts).
+			l.observe(nil, now)
+			return errLeaseLost
+		}
 		if gerr != nil {
 			return fmt.Errorf("reading Lease %s after a conflict: %w", l.key, gerr)
 		}
 		l.observe(fresh, now)
-		if ptr.Deref(fresh.Spec.HolderIdentity, "") != l.identity {
+		if l.heldBySameIdentity() {
+			return fmt.Errorf("%w: another process with the identity %q wrote it (each process needs an identity of its own)",
+				errLeaseLost, l.identity)
+		}
+		if !l.ownedBy(fresh) {
 			return errLeaseLost
 		}
 		next = fresh.DeepCopy()
@@ -241,7 +301,7 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 func (l *leaseLock) release(ctx context.Context) error {
 	lease := l.lease
 	for attempt := 0; attempt < 3; attempt++ {
-		if lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") != l.identity {
+		if lease == nil || !l.ownedBy(lease) {
 			return nil
 		}
 		next := lease.DeepCopy()
@@ -272,8 +332,8 @@ func (l *leaseLock) release(ctx context.Context) error {
 // failed. News (the watch's next event) ends the wait sooner.
 func (l *leaseLock) wait(fallback time.Duration) time.Duration {
 	now := l.clock.Now()
-	if l.heldByOther(now) {
-		return l.observedAt.Add(l.duration()).Sub(now) + time.Millisecond
+	if end, held := l.otherHoldEnd(now); held {
+		return end.Sub(now) + time.Millisecond
 	}
 	return checkInterval(l.period(fallback))
 }

@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"errors"
+	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +15,8 @@ const (
 	failTimeout     = "timeout"
 	failUnavailable = "unavailable"
 	failOther       = "other"
+	// failHoldEnded: the write was not sent, the Lease's hold having ended.
+	failHoldEnded = "hold_ended"
 )
 
 // metrics are one Reporter's Prometheus series, labelled with its
@@ -29,6 +32,11 @@ type metrics struct {
 	// asked is the period the AddonInstance asks for, and used the one
 	// heartbeats follow: they differ when the spec is below the floor.
 	asked, used prometheus.Gauge
+	// clockOffset is the estimate of the API server's clock minus the local
+	// one, clockUncertainty its half-width (+Inf until known), and
+	// clockSteps counts the jumps of that offset (see serverClock).
+	clockOffset, clockUncertainty prometheus.Gauge
+	clockSteps                    prometheus.Counter
 }
 
 // Results of an attempt to take the election Lease, the "result" label.
@@ -80,6 +88,19 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		Help: "The period the leader heartbeats at: the requested one, or the 1s floor when it asks for less (0 included).",
 	}, instanceLabels)
 
+	clockOffset := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_clock_offset_seconds",
+		Help: "The API server's clock minus this node's wall clock, estimated from the Date of its responses (the midpoint of the interval they prove); heartbeats correct by it when it is provably more than 50ms.",
+	}, instanceLabels)
+	clockUncertainty := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "addon_heartbeat_clock_offset_uncertainty_seconds",
+		Help: "Half-width of the interval addon_heartbeat_clock_offset_seconds lies in (+Inf while no response carried a Date).",
+	}, instanceLabels)
+	clockSteps := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "addon_heartbeat_clock_steps_total",
+		Help: "Jumps of more than 250ms of the offset to the API server's clock (a step of this node's clock, or of the server's), after which its estimate starts again.",
+	}, instanceLabels)
+
 	var err error
 	register := func(c prometheus.Collector) prometheus.Collector {
 		if e := reg.Register(c); e != nil {
@@ -100,6 +121,9 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	elections = register(elections).(*prometheus.CounterVec)
 	asked = register(asked).(*prometheus.GaugeVec)
 	used = register(used).(*prometheus.GaugeVec)
+	clockOffset = register(clockOffset).(*prometheus.GaugeVec)
+	clockUncertainty = register(clockUncertainty).(*prometheus.GaugeVec)
+	clockSteps = register(clockSteps).(*prometheus.CounterVec)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +136,8 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	if err != nil {
 		return nil, err
 	}
+	uncertainty := clockUncertainty.With(l)
+	uncertainty.Set(math.Inf(1))
 	return &metrics{
 		sent:        sent.With(l),
 		failed:      failedCurried,
@@ -122,5 +148,9 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 		elections:   electionsCurried,
 		asked:       asked.With(l),
 		used:        used.With(l),
+
+		clockOffset:      clockOffset.With(l),
+		clockUncertainty: uncertainty,
+		clockSteps:       clockSteps.With(l),
 	}, nil
 }

@@ -102,6 +102,7 @@ func TestAnAPIOutageDelaysHeartbeatsButNeverStopsTheReporter(t *testing.T) {
 	steady := runtime.NumGoroutine()
 
 	proxy.cut()
+	cutAt := time.Now()
 	eventually(t, 30*time.Second, "leadership given up while the API server is unreachable", func() (bool, error) {
 		return !rn.IsLeader(), nil
 	})
@@ -112,6 +113,17 @@ func TestAnAPIOutageDelaysHeartbeatsButNeverStopsTheReporter(t *testing.T) {
 	eventually(t, 30*time.Second, "election attempts during the outage", func() (bool, error) {
 		return rn.metric(t, electionAttempts, "result", "error") >= attempts+5, nil
 	})
+	// The liveness check holds through an outage longer than its window:
+	// failed tries are tries.
+	cutFor := LivenessWindow(time.Second) + time.Second
+	var unhealthy error
+	eventually(t, cutFor+30*time.Second, "an outage longer than the liveness window", func() (bool, error) {
+		unhealthy = rn.Healthz(nil)
+		return unhealthy != nil || time.Since(cutAt) > cutFor, nil
+	})
+	if unhealthy != nil {
+		t.Fatalf("liveness failed %s into an API outage: %v", time.Since(cutAt).Round(time.Second), unhealthy)
+	}
 	if later := runtime.NumGoroutine(); later > steady {
 		t.Errorf("goroutines piled up during the outage: %d, %d when it began, %d before it", later, during, steady)
 	}

@@ -56,7 +56,15 @@ type Options struct {
 	DisableLeaderElection bool
 	// LeaseNamespace holds the election Lease; Namespace when empty.
 	LeaseNamespace string
-	// Identity in the Lease; the host name plus a random suffix when empty.
+	// Identity in the Lease (its holderIdentity); the host name plus a
+	// random suffix when empty. It must be unique to each process: in a
+	// pod, the pod name (the chart's fencing policy admits heartbeats only
+	// from the pod the holder names). Processes that share one anyway are
+	// told apart by a token of each process on the Lease: the one that
+	// finds the other's renewal stops leading, and neither takes the other's
+	// hold before it expires, so there is still one writer; each says so in
+	// its log. A restarted process is such another process too: it takes
+	// over the hold of its crashed predecessor when that expires.
 	Identity string
 
 	// Logger; logr.Discard() when unset.
@@ -87,6 +95,9 @@ type Reporter struct {
 	health  *healthChecker
 	started atomic.Bool
 	leading atomic.Bool
+	// running is true while Start runs; activity is its last try (Healthz).
+	running  atomic.Bool
+	activity activity
 	// belowFloor is the requested period last said to be below the
 	// floor (a string of it), so that it is said once per value.
 	belowFloor atomic.Value
@@ -174,10 +185,11 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.Name}
 	clk := clock.RealClock{}
 	r := &Reporter{
-		opts:            opts,
-		key:             key,
-		kube:            k,
-		lock:            &leaseLock{kube: k, key: leaseKey(opts.LeaseNamespace, opts.Name), identity: opts.Identity, clock: clk},
+		opts: opts,
+		key:  key,
+		kube: k,
+		lock: &leaseLock{kube: k, key: leaseKey(opts.LeaseNamespace, opts.Name), identity: opts.Identity,
+			process: string(uuid.NewUUID()), instance: opts.Name, clock: clk},
 		metrics:         m,
 		log:             opts.Logger.WithValues("addonInstance", key.String()),
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
@@ -304,17 +316,28 @@ func (r *Reporter) sdkState() (comps []Component, overrides []metav1.Condition, 
 // write's deadline.
 var conflictBackoff = wait.Backoff{Steps: 10, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 100 * time.Millisecond}
 
+// errHoldEnded stops a heartbeat whose write would be sent after the hold
+// it was renewed for has ended.
+var errHoldEnded = errors.New("the Lease's hold ended before the heartbeat could be written")
+
 // write performs one heartbeat: lastHeartbeatTime and the owned conditions
 // in one Status().Update of cached, retrying conflicts a bounded number of
-// times against a fresh read. The caller bounds ctx. On success it returns
-// the version written and the versions it was written over (cached's and any
-// read after a conflict).
-func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component) (*addonsv1alpha1.AddonInstance, []string, error) {
+// times against a fresh read. The caller bounds ctx. held says whether the
+// hold the heartbeat was renewed for still runs; every attempt, the first
+// and each retry, is sent only while it does, so a write slowed by conflicts
+// never lands in a term a standby may have begun (ctx's bound alone is in
+// real time, and would not follow the hold if the two were ever set apart).
+// On success it returns the version written and the versions it was written
+// over (cached's and any read after a conflict).
+func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstance, comps []Component, held func() bool) (*addonsv1alpha1.AddonInstance, []string, error) {
 	_, overrides, removed := r.sdkState()
 	obj := cached.DeepCopy()
 	over := []string{obj.ResourceVersion}
 	backoff := conflictBackoff
 	for attempt := 0; ; attempt++ {
+		if !held() {
+			return nil, nil, errHoldEnded
+		}
 		if attempt > 0 {
 			r.metrics.conflicts.Inc()
 			fresh, err := r.kube.getInstance(ctx, r.key)
@@ -359,6 +382,8 @@ func failureReason(err error) string {
 	switch {
 	case apierrors.IsConflict(err):
 		return failConflict
+	case errors.Is(err, errHoldEnded):
+		return failHoldEnded
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return failForbidden
 	case apierrors.IsNotFound(err):
