@@ -48,6 +48,10 @@ func (c *drivenClock) drive(r *Reporter) {
 	r.clock = c
 	r.lock.clock = c
 	r.limiter.clock = c
+	// Heartbeats in the driven time: a serverClock that no response
+	// reaches (the real API server's Date is real time, which the driven
+	// clock leaves behind as the test advances it).
+	r.serverClock = newServerClock(c)
 }
 
 func (c *drivenClock) Now() time.Time                  { return c.fc.Now() }

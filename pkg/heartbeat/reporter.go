@@ -92,9 +92,14 @@ type Reporter struct {
 	log     logr.Logger
 	limiter *errorLimiter
 	clock   clock.WithTicker
-	health  *healthChecker
-	started atomic.Bool
-	leading atomic.Bool
+	// serverClock is the API server's clock as its responses tell it: the
+	// time heartbeats are written in (see serverClock).
+	serverClock *serverClock
+	// clockSaidLarge is whether the log last said the offset was large.
+	clockSaidLarge atomic.Bool
+	health         *healthChecker
+	started        atomic.Bool
+	leading        atomic.Bool
 	// running is true while Start runs; activity is its last try (Healthz).
 	running  atomic.Bool
 	activity activity
@@ -170,6 +175,11 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = FieldManager
 	}
+	clk := clock.RealClock{}
+	// Every response of the API server, whichever client sent it, is a
+	// sample of its clock.
+	sc := newServerClock(clk)
+	cfg.Wrap(sc.wrap)
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: building the HTTP client: %w", err)
@@ -183,7 +193,6 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		return nil, fmt.Errorf("heartbeat: registering metrics: %w", err)
 	}
 	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.Name}
-	clk := clock.RealClock{}
 	r := &Reporter{
 		opts: opts,
 		key:  key,
@@ -194,6 +203,7 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		log:             opts.Logger.WithValues("addonInstance", key.String()),
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
 		clock:           clk,
+		serverClock:     sc,
 		releaseOnCancel: true,
 		components:      map[string]Component{},
 		overrides:       map[string]metav1.Condition{},
@@ -347,7 +357,9 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 			obj = fresh
 			over = append(over, obj.ResourceVersion)
 		}
-		now := r.clock.Now()
+		// In the API server's time: the operator judges lastHeartbeatTime
+		// by its own clock, which follows the server's, not this node's.
+		now := r.serverClock.Now()
 		if comps != nil {
 			r.installed = Installed(r.installed, obj.Status.Conditions, comps, r.seen)
 		}
@@ -362,6 +374,7 @@ func (r *Reporter) write(ctx context.Context, cached *addonsv1alpha1.AddonInstan
 		Apply(&obj.Status.Conditions, d, obj.Generation, now)
 		obj.Status.LastHeartbeatTime = metav1.NewTime(now)
 		err := r.kube.updateInstanceStatus(ctx, obj)
+		r.noteClock()
 		if err == nil {
 			return obj, over, nil
 		}

@@ -111,11 +111,8 @@ import (
 //     failed in one gap; the promise is per failure).
 //  3. Operator rule (in checkLiveness): in the gaps liveness checks, the
 //     server time minus the lastHeartbeatTime stored never exceeds 3 periods
-//     (the operator's HeartbeatTimeout). It fails where the writer's clock is
-//     behind by about 2 periods or more, as long as heartbeats are written by
-//     the local clock: violations by a skewed writer are counted apart, in
-//     the operator-rule subtest (it skips with their count, and fails with
-//     -sim.operator). Violations by a writer without skew fail at once.
+//     (the operator's HeartbeatTimeout), whatever the writer's clock skew:
+//     heartbeats are written in the API server's time (serverClock).
 //  4. No goroutine of the bubble outlives the schedule (checkLeaks), no
 //     panic (it would crash the test binary), and the protocol: a Reporter's
 //     status write never changes the spec nor Healthy, and it sends no request
@@ -138,19 +135,18 @@ import (
 //
 // The simulation replaces client-go's global error handlers for its duration
 // (see TestSim), and it skews a Reporter's clocks through its fields
-// (simSkew): a clock the Reporter gains later (the serverClock's local
-// clock, for one) must be added there, or that clock stays unskewed.
+// (simSkew): a clock the Reporter gains later must be added there, or that
+// clock stays unskewed.
 //
 // Flags: -sim.schedules=N runs seeds -sim.first.. (1..N) instead of the
 // corpus (seeds 1..simCorpus), -sim.seed=S one seed, -sim.strict fails on
-// known bugs, -sim.operator on the operator rule by skewed writers, -sim.log
+// known bugs, -sim.log
 // prints each schedule's event log, -sim.progress=FILE appends a line per
 // schedule started and ended (to find the seed of a panic or a hang).
 var (
 	simSchedules = flag.Int("sim.schedules", 0, "run the election simulation for seeds 1..N instead of the corpus")
 	simFirst     = flag.Int("sim.first", 1, "first seed of -sim.schedules")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay the election simulation for this seed only")
-	simOperator  = flag.Bool("sim.operator", false, "fail the simulation on violations of the operator rule by skewed writers")
 	simStrict    = flag.Bool("sim.strict", false, "fail the simulation on violations with the signature of a reported bug too")
 	simLog       = flag.Bool("sim.log", false, "print the event log of every simulated schedule")
 	simProgress  = flag.String("sim.progress", "", "append a line per simulated schedule started and ended to this file")
@@ -318,6 +314,7 @@ func simSkew(r *Reporter, c simClock) {
 	r.clock = c
 	r.lock.clock = c
 	r.limiter.clock = c
+	r.serverClock.local = c
 }
 
 // simProc is one process (one incarnation of a replica).
@@ -441,7 +438,6 @@ type simResult struct {
 	maxAge         float64 // server time - lastHeartbeatTime, in periods, where checked
 	lateWrites     int     // heartbeat writes applied after their writer's hold
 	violations     []simViolation
-	operatorSkewed []simViolation // the operator rule, broken by a skewed writer
 	notes          []simViolation // what the invariants allow by design, counted
 	requests       int
 	operatorWrites int
@@ -1135,16 +1131,12 @@ func (s *simRun) checkLiveness() {
 			continue
 		}
 		age := t2.Sub(hbt)
-		if writer.skew == 0 {
-			s.result.maxAge = max(s.result.maxAge, float64(age)/float64(pw))
-		}
+		s.result.maxAge = max(s.result.maxAge, float64(age)/float64(pw))
 		if age > 3*pw {
 			what := fmt.Sprintf("at %s the lastHeartbeatTime is %s old (%.2f periods of %s): written at %s by %s (skew %s) as %s%s",
 				s.rel(t2), age, float64(age)/float64(pw), pw, s.rel(t1), writer, writer.skew, hbt.UTC().Format(time.RFC3339Nano),
 				s.gapCause(t1, t2))
-			if writer.skew != 0 {
-				s.result.operatorSkewed = append(s.result.operatorSkewed, simViolation{invariant: "operator rule (skewed writer)", at: t2, what: what})
-			} else if note {
+			if note {
 				s.result.notes = append(s.result.notes, simViolation{invariant: "note: operator rule, after a new leader failed", at: t2, what: what})
 			} else {
 				s.result.violations = append(s.result.violations, simViolation{invariant: "operator rule", at: t2, what: what, known: known})
@@ -1220,8 +1212,6 @@ type simTotals struct {
 	operatorWrites, operatorTimeouts           int
 	faults                                     map[string]int
 	violations                                 map[string]int
-	operatorSkewed                             int
-	operatorSkewedSeeds                        []uint64
 	failedSeeds                                []uint64
 	seedsBy                                    map[string][]uint64
 	knownSeeds                                 map[string][]uint64
@@ -1282,10 +1272,6 @@ func (t *simTotals) add(r simResult) {
 	if failed {
 		t.failedSeeds = append(t.failedSeeds, r.seed)
 	}
-	if len(r.operatorSkewed) > 0 {
-		t.operatorSkewed += len(r.operatorSkewed)
-		t.operatorSkewedSeeds = append(t.operatorSkewedSeeds, r.seed)
-	}
 }
 
 func (t *simTotals) String() string {
@@ -1293,7 +1279,7 @@ func (t *simTotals) String() string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "schedules %d, simulated periods %.0f, requests %d, heartbeats %d, writer changes %d, takeovers %d, "+
-		"gaps checked %d (longest %.2f periods), age of lastHeartbeatTime written without skew, where checked, at most %.2f periods, heartbeats applied after their writer's hold %d, "+
+		"gaps checked %d (longest %.2f periods), age of lastHeartbeatTime (any writer's skew), where checked, at most %.2f periods, heartbeats applied after their writer's hold %d, "+
 		"operator writes %d (judged HeartbeatTimeout %d)\n",
 		t.schedules, t.periods, t.reqs, t.heartbeats, t.writerChanges, t.takeovers, t.checkedGaps, t.maxGap, t.maxAge,
 		t.lateWrites, t.operatorWrites, t.operatorTimeouts)
@@ -1306,16 +1292,10 @@ func (t *simTotals) String() string {
 		fmt.Fprintf(&b, " %s %d,", k, t.violations[k])
 	}
 	slices.Sort(t.failedSeeds)
-	slices.Sort(t.operatorSkewedSeeds)
 	fmt.Fprintf(&b, " (failing seeds, known bugs aside: %v)\n", t.failedSeeds)
 	for _, k := range slices.Sorted(maps.Keys(t.seedsBy)) {
 		ss := slices.Sorted(slices.Values(t.seedsBy[k]))
 		fmt.Fprintf(&b, "  %s: seeds %v\n", k, ss[:min(len(ss), 40)])
-	}
-	fmt.Fprintf(&b, "operator rule broken by a skewed writer: %d times in %d schedules",
-		t.operatorSkewed, len(t.operatorSkewedSeeds))
-	if n := len(t.operatorSkewedSeeds); n > 0 {
-		fmt.Fprintf(&b, " (e.g. seeds %v)", t.operatorSkewedSeeds[:min(n, 10)])
 	}
 	return b.String()
 }
@@ -1392,22 +1372,6 @@ func TestSim(t *testing.T) {
 			t.Skip("violations with the signature of a reported bug (known; -sim.strict fails on them):" + b.String())
 		}
 	})
-	t.Run("operator-rule", func(t *testing.T) {
-		totals.mu.Lock()
-		n, seedsBroken := totals.operatorSkewed, slices.Clone(totals.operatorSkewedSeeds)
-		totals.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		msg := fmt.Sprintf("the operator rule (lastHeartbeatTime at most 3 periods old by server time) was broken %d times, "+
-			"in %d schedules, all by writers with a skewed clock (e.g. seeds %v): heartbeats are not yet written in server time",
-			n, len(seedsBroken), seedsBroken[:min(len(seedsBroken), 10)])
-		if *simOperator {
-			t.Error(msg)
-		} else {
-			t.Skip(msg + " (known; -sim.operator fails on it)")
-		}
-	})
 }
 
 // simOne runs the schedule of one seed as a subtest of t and adds it to
@@ -1441,11 +1405,6 @@ func simOne(t *testing.T, seed uint64, progress *os.File, totals *simTotals) {
 			}
 			for _, v := range res.notes {
 				knownLog += fmt.Sprintf("\n%s at %s: %s", v.invariant, s.rel(v.at), v.what)
-			}
-			if *simOperator {
-				for _, v := range res.operatorSkewed {
-					log += describe(v)
-				}
 			}
 			if *simLog {
 				t.Logf("%s\n%s", sched.String(), s.eventLog(time.Time{}, 0, 0))
