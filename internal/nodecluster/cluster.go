@@ -51,7 +51,15 @@ type Options struct {
 	PauseImage string
 	// Log receives progress lines; nil for none.
 	Log io.Writer
+	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML) the API
+	// server logs by, as JSON lines, to AuditLogPath, each event written
+	// before the response is sent (blocking mode), so that the log has
+	// every request answered by the time a client saw the answer.
+	AuditPolicy string
 }
+
+// AuditLogPath is where the API server writes its audit log (Options.AuditPolicy).
+func (c *Cluster) AuditLogPath() string { return c.path("logs", "audit.log") }
 
 // Cluster is a running single-node cluster.
 type Cluster struct {
@@ -339,7 +347,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.apiserver, err = c.start("kube-apiserver", filepath.Join(c.o.AssetsDir, "kube-apiserver"), []string{
+	args := []string{
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address=0.0.0.0", "--secure-port=" + strconv.Itoa(APIServerPort),
 		"--advertise-address=" + c.Network.NodeIP,
@@ -361,7 +369,15 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-certificate-authority=" + c.path("pki", "ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
-	})
+	}
+	if c.o.AuditPolicy != "" {
+		if err := os.WriteFile(c.path("audit-policy.yaml"), []byte(c.o.AuditPolicy), 0o644); err != nil {
+			return fmt.Errorf("writing the audit policy: %w", err)
+		}
+		args = append(args, "--audit-policy-file="+c.path("audit-policy.yaml"), "--audit-log-path="+c.AuditLogPath(),
+			"--audit-log-mode=blocking", "--audit-log-format=json", "--audit-log-maxsize=0")
+	}
+	c.apiserver, err = c.start("kube-apiserver", filepath.Join(c.o.AssetsDir, "kube-apiserver"), args)
 	if err != nil {
 		return err
 	}

@@ -138,6 +138,7 @@ func runSuite(m *testing.M) (code int) {
 	start = time.Now()
 	cluster, err = nodecluster.Start(ctx, nodecluster.Options{
 		AssetsDir: assets, Images: tarballs, PauseImage: images.Pause + ":" + tag, Log: os.Stderr,
+		AuditPolicy: auditPolicy,
 	})
 	if err != nil {
 		cluster = nil // Start cleaned up after itself.
