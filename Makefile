@@ -57,6 +57,10 @@ images: ## Build the image holding /webhook and /reporter (needs a container eng
 vet:
 	$(GO) vet ./...
 
+.PHONY: sim
+sim: ## Run the election simulation over SCHEDULES random schedules (default 10000; make test runs 100), failing on any violation.
+	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test ./pkg/heartbeat -run '^TestSim$$' -count=1 -timeout 2h -args -sim.strict -sim.schedules=$${SCHEDULES:-10000}
+
 .PHONY: fuzz
 fuzz: ## Fuzz the injector for FUZZTIME (default 60s).
 	$(GO) test ./pkg/inject -run '^$$' -fuzz FuzzInject -fuzztime $${FUZZTIME:-60s}
