@@ -53,6 +53,20 @@ type Cluster struct {
 // (SecurityContextConstraints), which the chart's platform auto looks for.
 var OpenShift = Cluster{APIVersions: []string{"security.openshift.io/v1", "security.openshift.io/v1/SecurityContextConstraints"}}
 
+// AdmissionPolicyAPIVersions are what discovery gives `helm install` for
+// ValidatingAdmissionPolicy on Kubernetes 1.30+. Helm's built-in API
+// versions name groups and versions only, never kinds, so a render without
+// them (`helm template` unless told --api-versions) has no fencing policy.
+var AdmissionPolicyAPIVersions = []string{
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding",
+}
+
+// With is c serving apiVersions too.
+func (c Cluster) With(apiVersions ...string) Cluster {
+	return Cluster{APIVersions: slices.Concat(c.APIVersions, apiVersions)}
+}
+
 // Render renders the chart with values over its defaults, validating them
 // against values.schema.json as `helm install` does, and returns every object
 // in a stable order (kind, namespace, name). NOTES.txt is returned apart.

@@ -45,8 +45,9 @@ func withoutLabels(objs []*unstructured.Unstructured) map[string]map[string]any 
 	return out
 }
 
-// config/ holds the same objects as the chart renders with its default
-// values (config/default), in cert-manager mode (config/cert-manager) and on
+// config/ holds the same objects as the chart renders on Kubernetes 1.30+
+// (which serves ValidatingAdmissionPolicy, for the fencing policy) with its
+// default values (config/default), in cert-manager mode (config/cert-manager) and on
 // OpenShift with the service CA (config/openshift), apart from labels and the
 // Namespace that only kustomize creates.
 func TestConfigEquivalentToChart(t *testing.T) {
@@ -62,7 +63,8 @@ func TestConfigEquivalentToChart(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			objs, _ := renderFor(t, tc.cluster, tc.values)
+			// As helm install finds a 1.30+ API server: with the fencing policy.
+			objs, _ := renderFor(t, tc.cluster.With(chart.AdmissionPolicyAPIVersions...), tc.values)
 			var built []*unstructured.Unstructured
 			for _, o := range kustomize(t, tc.dir) {
 				if o.GetKind() != "Namespace" {

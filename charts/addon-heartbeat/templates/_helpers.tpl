@@ -185,3 +185,20 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 {{- end }}
+
+{{/*
+The fencing ValidatingAdmissionPolicy and its binding (one name for both; cluster-scoped).
+*/}}
+{{- define "addon-heartbeat.fencingPolicyName" -}}
+{{- include "addon-heartbeat.fullname" . }}-fencing
+{{- end }}
+
+{{/*
+Whether the fencing policy is installed: fencing.enabled, on an API server that serves
+admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+; the binding is served with it).
+*/}}
+{{- define "addon-heartbeat.fencing" -}}
+{{- if and .Values.fencing.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") }}
+{{- "true" }}
+{{- end }}
+{{- end }}
