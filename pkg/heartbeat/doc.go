@@ -24,12 +24,15 @@
 //
 // Leader election: the Lease lives in the AddonInstance's namespace and its
 // holder is the pod name. The leader renews it in the same tick as each
-// heartbeat, so it writes the Lease once per period, and announces the period
-// on it (PeriodAnnotation); standbys watch it (one event per renewal, no
-// reads) and take it over once it has not changed for its lease duration,
-// judged by their own clock. The timings (see Timings) keep the gap a killed
-// leader leaves under 2 x period, inside the operator's 3 x period timeout,
-// and follow a period change with the next renewal. A leader that cannot
+// heartbeat, so it writes the Lease once per period, and announces the period on it
+// (PeriodAnnotation); standbys watch it (one event per renewal, no reads) and
+// take it over once it has not changed for its lease duration, judged by
+// their own clock, after reading the AddonInstance's period again. The
+// timings (see Timings) keep the gap a killed leader leaves under 2 x
+// period, inside the operator's 3 x period timeout, and follow a period
+// change with the next renewal. A process that finds the Lease missing
+// without having watched it go waits a lease duration before making it (its
+// last holder may still be finishing its hold), except on a first install. A leader that cannot
 // renew within its renew deadline, or finds another holder, stops writing at
 // once. A Reporter that stops releases the Lease, and a standby takes it as
 // the watch brings the release.

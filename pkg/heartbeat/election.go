@@ -45,11 +45,9 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 		return nil
 	}
-	period := r.probePeriod(ctx)
 	log := r.log.WithValues("lease", r.lock.key.String())
-	log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
 	for ctx.Err() == nil {
-		if !r.campaign(ctx, period, log) {
+		if !r.campaign(ctx, log) {
 			continue // ctx is done: the loop ends
 		}
 		log.Info("acquired the Lease", "identity", r.opts.Identity)
@@ -58,9 +56,8 @@ func (r *Reporter) Start(ctx context.Context) error {
 			r.releaseLease(log)
 			continue // ctx is done: the loop ends
 		}
-		// The term ended with ctx still running: the Lease was lost.
-		// Pace the next attempts by what this process knows now.
-		period = r.probePeriod(ctx)
+		// The term ended with ctx still running: the Lease was lost, and
+		// the next campaign reads the AddonInstance again.
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil
@@ -75,7 +72,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 // Errors (the read or the watch failing) count as failed election attempts
 // and are retried at the election's own pace, not a reflector's back-off, so
 // a standby is back within a retry period of the API server.
-func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.Logger) bool {
+func (r *Reporter) campaign(ctx context.Context, log logr.Logger) bool {
 	var w watch.Interface
 	defer func() {
 		if w != nil {
@@ -84,22 +81,45 @@ func (r *Reporter) campaign(ctx context.Context, period time.Duration, log logr.
 	}()
 	read := true // read the Lease before (re)opening the watch
 	var opened time.Time
+	period := r.period()
 	r.lock.maxDuration = Timings(period).LeaseDuration
-	var checked time.Duration // the longest claim the AddonInstance was read again for
-	sameIdentitySaid := false
+	var probed time.Time // when the AddonInstance was last read; zero: not yet
+	sameIdentitySaid, campaignSaid := false, false
 	for ctx.Err() == nil {
 		var err error
 		if w == nil {
 			w, err = r.watchLease(ctx, read)
 			opened = r.clock.Now()
 		}
-		if claim := r.lock.claimed(); err == nil && claim > r.lock.maxDuration && claim > checked {
-			// The holder claims more than this process's bound: read
-			// the AddonInstance's period again (a longer period
-			// announced before this process saw it), once per claim.
-			checked = claim
-			period = r.probePeriod(ctx)
-			r.lock.maxDuration = Timings(period).LeaseDuration
+		if probed.IsZero() || err == nil && !r.lock.heldByOther(r.clock.Now()) && probed.Before(r.lock.observedAt) {
+			// A take is judged on the AddonInstance as read after the
+			// record it judges was seen: the bound on another's hold
+			// (maxDuration), the wait for a Lease found missing
+			// (vacancyWait) and the period the take announces all
+			// follow the spec's period, which may have changed (a
+			// longer one is announced by the holder's renewal right
+			// after it sees it, and a bound from before would end that
+			// hold early). Once per record: a standby waiting out a
+			// live holder reads nothing; one about to take reads once.
+			p, fresh, perr := r.probe(ctx)
+			switch {
+			case perr == nil:
+				period, probed = p, r.clock.Now()
+				r.lock.maxDuration = Timings(period).LeaseDuration
+				r.lock.vacancyWait = vacancyWait(period, fresh)
+			case err == nil && r.lock.claimed() > r.lock.maxDuration:
+				// Only the bound from an older read ends that hold:
+				// no take on it, try again at the retry pace.
+				err = perr
+			case probed.IsZero():
+				// Never read: no bound yet, and a vacancy is waited
+				// for on the last period known.
+				r.lock.vacancyWait = vacancyWait(period, false)
+			}
+			if !campaignSaid {
+				log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
+				campaignSaid = true
+			}
 		}
 		r.activity.mark(r.clock.Now())
 		held := false
@@ -225,25 +245,55 @@ func (r *Reporter) releaseLease(log logr.Logger) {
 	log.Info("released the Lease")
 }
 
-// probePeriod reads the AddonInstance's period once, to pick election timings
-// before leading (standbys watch nothing; once a leader has announced its
-// period on the Lease they follow that). When it cannot be read it falls back
-// to the last period this process saw, or DefaultPeriod.
-func (r *Reporter) probePeriod(ctx context.Context) time.Duration {
+// probe reads the AddonInstance once, to pick election timings before
+// leading (standbys watch nothing else; once a leader has announced its
+// period on the Lease they pace their looks by that). fresh reports a first
+// install: the AddonInstance has never had a heartbeat (no
+// status.lastHeartbeatTime), or does not exist. When it cannot be read (err)
+// the period is the last one this process saw, or DefaultPeriod, and fresh
+// is false.
+func (r *Reporter) probe(ctx context.Context) (period time.Duration, fresh bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
 	defer cancel()
 	ai, err := r.kube.getInstance(ctx, r.key)
 	switch {
 	case err == nil:
 		r.knownPeriod.Store(int64(Period(ai)))
-		return Period(ai)
-	case apierrors.IsNotFound(err), ctx.Err() != nil:
+		return Period(ai), ai.Status.LastHeartbeatTime.IsZero(), nil
+	case apierrors.IsNotFound(err):
+		return r.period(), true, nil
+	case ctx.Err() != nil:
 	case apierrors.IsForbidden(err):
 		r.limiter.logError(r.log, err, "reading the AddonInstance is forbidden: bind the reporter role to this ServiceAccount")
 	default:
 		r.limiter.logError(r.log, err, "reading the AddonInstance failed")
 	}
-	return r.period()
+	return r.period(), false, fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
+}
+
+// vacancyWait is how long a process that finds the Lease missing, without
+// having watched the record before it go, waits from then before it makes
+// the Lease (see leaseLock.vacantSince): its last holder may be live, having
+// renewed after the last record this process saw. That holder's renewal
+// of a Lease now gone fails and it stops, so its hold ends within the renew
+// deadline of its last renewal, which came before the deletion and so before
+// this process saw the Lease missing: a lease duration of the spec's period
+// (the one it follows) from then has outlasted it.
+//
+// A first install (fresh: no heartbeat was ever written, or there is no
+// AddonInstance) waits nothing, so that its first heartbeat goes out at once:
+// with no heartbeat ever written there is no term whose writes could be
+// overlapped but one that took a Lease made moments before and lost it to a
+// deletion before its first heartbeat, and that one writes at most that
+// heartbeat (on the hold of its take) and stops at the renewal after it: an
+// overlap of one write, in the first seconds of an install, against making
+// every first install wait a lease duration. The Lease the webhook makes,
+// never held, is a vacancy like a missing one.
+func vacancyWait(period time.Duration, fresh bool) time.Duration {
+	if fresh {
+		return 0
+	}
+	return Timings(period).LeaseDuration
 }
 
 // lead is one term of leadership: it watches the AddonInstance (and the

@@ -74,23 +74,107 @@ type leaseLock struct {
 	// deleted and made again) ends: that holder may still be finishing a
 	// heartbeat it began before the deletion, so no new term starts before
 	// this, whatever the new Lease says.
-	fence time.Time
+	// It is kept as the record's sighting and claim, not as an instant,
+	// so that it follows the bound (maxDuration) as that is read again:
+	// a bound from before a longer period was announced must not end it
+	// early.
+	fence fenceRecord
+	// vacantSince is when this process first saw the Lease vacant (missing,
+	// or made by the webhook and never held) without having watched the
+	// record before it go: by a read, which cannot tell whether the last
+	// holder renewed after the last record this process saw (it was
+	// partitioned, or started after the deletion). No term starts before
+	// vacancyWait from then. Zero otherwise; a vacancy that a watch brought,
+	// or that this process made by finding its own Lease gone inside its
+	// hold, is covered by fence (vacancyKnown). Reads of the same vacancy do
+	// not move it: the watch from the read's version runs between them, and
+	// only a deletion twice within a watch's outage could hide a hold.
+	vacantSince  time.Time
+	vacancyKnown bool
+	// vacancyWait: see vacancyWait.
+	vacancyWait time.Duration
 }
 
-// observe records a version of the Lease seen at now (nil: there is none).
-func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) {
+// vacant reports whether lease holds no record of a hold: missing, or made
+// (by the webhook) and never held. A released Lease has a renewal time and
+// is not vacant: its last holder wrote the release after its last heartbeat.
+func vacant(lease *coordinationv1.Lease) bool {
+	return lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") == "" && lease.Spec.RenewTime == nil
+}
+
+// observe records a version of the Lease a watch brought at now (nil: a
+// deletion). The watch runs from the last version seen, so it brings every
+// record: a vacancy after a record seen is that record's holder's (fence).
+func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) { l.see(lease, now, true) }
+
+// observeRead records a version of the Lease read at now (nil: none).
+func (l *leaseLock) observeRead(lease *coordinationv1.Lease, now time.Time) { l.see(lease, now, false) }
+
+// lostToDeletion records that this process's own Lease was found gone at
+// now. While its hold still ran, nobody else can have held it since (a
+// standby waits out that hold first): the vacancy is known, and this process
+// may make the Lease again at once. After it, another may have taken the
+// Lease and lost it to the deletion unseen.
+func (l *leaseLock) lostToDeletion(now time.Time) {
+	known := now.Before(l.validUntil)
+	l.see(nil, now, false)
+	if known {
+		l.vacantSince, l.vacancyKnown = time.Time{}, true
+	}
+}
+
+// see records a version of the Lease seen at now (nil: there is none), by a
+// watch or by a read.
+func (l *leaseLock) see(lease *coordinationv1.Lease, now time.Time, watched bool) {
 	if l.lease != nil && (lease == nil || lease.UID != l.lease.UID) {
 		// The Lease is gone, or is another object of the same name: the
 		// holder of the one gone keeps its term to the end (see fence).
-		if end, held := l.otherHoldEnd(now); held && end.After(l.fence) {
-			l.fence = end
+		if l.recordHeld() {
+			if f := (fenceRecord{from: l.observedAt, claim: l.claimed()}); !l.fenceEnd(l.fence).After(l.fenceEnd(f)) {
+				l.fence = f
+			}
 		}
+	}
+	switch {
+	case !vacant(lease):
+		l.vacantSince, l.vacancyKnown = time.Time{}, false
+	case watched && !vacant(l.lease):
+		l.vacantSince, l.vacancyKnown = time.Time{}, true
+	case l.vacancyKnown || !l.vacantSince.IsZero():
+		// The vacancy already judged.
+	default:
+		l.vacantSince = now
 	}
 	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) ||
 		lease.Annotations[ProcessAnnotation] != l.lease.Annotations[ProcessAnnotation] {
 		l.observedAt = now
 	}
 	l.lease = lease
+}
+
+// fenceRecord is the record of a Lease gone: when it was seen and the
+// duration it claimed.
+type fenceRecord struct {
+	from  time.Time
+	claim time.Duration
+}
+
+// fenceEnd is when the hold of a record gone ends, bounded as a live one.
+func (l *leaseLock) fenceEnd(f fenceRecord) time.Time {
+	if f.from.IsZero() {
+		return time.Time{}
+	}
+	d := f.claim
+	if l.maxDuration > 0 {
+		d = min(d, l.maxDuration)
+	}
+	return f.from.Add(d)
+}
+
+// recordHeld reports whether the last record seen is a hold by another
+// holder.
+func (l *leaseLock) recordHeld() bool {
+	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && !l.ownedBy(l.lease)
 }
 
 // heldByOther reports whether another holder's term is still running at now.
@@ -105,11 +189,16 @@ func (l *leaseLock) heldByOther(now time.Time) bool {
 // by another process (see ownedBy).
 func (l *leaseLock) otherHoldEnd(now time.Time) (time.Time, bool) {
 	var end time.Time
-	if l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && !l.ownedBy(l.lease) {
+	if l.recordHeld() {
 		end = l.observedAt.Add(l.duration())
 	}
-	if l.fence.After(end) {
-		end = l.fence
+	if f := l.fenceEnd(l.fence); f.After(end) {
+		end = f
+	}
+	if !l.vacantSince.IsZero() && l.vacancyWait > 0 {
+		if v := l.vacantSince.Add(l.vacancyWait); v.After(end) {
+			end = v
+		}
 	}
 	return end, now.Before(end)
 }
@@ -236,13 +325,13 @@ func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, er
 func (l *leaseLock) refresh(ctx context.Context) error {
 	lease, err := l.kube.getLease(ctx, l.key)
 	if apierrors.IsNotFound(err) {
-		l.observe(nil, l.clock.Now())
+		l.observeRead(nil, l.clock.Now())
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("reading Lease %s: %w", l.key, err)
 	}
-	l.observe(lease, l.clock.Now())
+	l.observeRead(lease, l.clock.Now())
 	return nil
 }
 
@@ -267,13 +356,13 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 		fresh, gerr := l.kube.getLease(ctx, l.key)
 		if apierrors.IsNotFound(gerr) {
 			// Deleted (a PUT over a deleted object conflicts).
-			l.observe(nil, now)
+			l.lostToDeletion(l.clock.Now())
 			return errLeaseLost
 		}
 		if gerr != nil {
 			return fmt.Errorf("reading Lease %s after a conflict: %w", l.key, gerr)
 		}
-		l.observe(fresh, now)
+		l.observeRead(fresh, now)
 		if l.heldBySameIdentity() {
 			return fmt.Errorf("%w: another process with the identity %q wrote it (each process needs an identity of its own)",
 				errLeaseLost, l.identity)
@@ -286,6 +375,7 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 		updated, err = l.kube.updateLease(ctx, next)
 	}
 	if apierrors.IsNotFound(err) {
+		l.lostToDeletion(l.clock.Now())
 		return errLeaseLost
 	}
 	if err != nil {

@@ -162,17 +162,23 @@ const simCorpus = 100
 // schedule, unless -sim.strict. Remove an entry once its bug is fixed: the
 // schedules that show it are in the corpus and then fail on it again.
 var simKnownBugs = map[string]string{
-	"stale-bound": "a standby takes over from a live leader 1.5 old periods after its renewal, inside its hold, after the " +
-		"spec's period was lengthened: its bound on another's hold (leaseLock.maxDuration) keeps the lease duration " +
-		"of the shorter period, because campaign reads the AddonInstance again only for a claim longer than any it " +
-		"already read it for (checked), and a take announces the campaign's own period, which can be long stale " +
-		"(so a claim far longer than the spec's can have been checked already)",
 	"renewal-without-heartbeat": "a leader that renews and then writes no heartbeat (killed, partitioned, or its write " +
 		"failing right after the renewal) leaves a gap of up to 2.5 periods, not the 2 that doc.go and Timings promise: " +
 		"a standby takes over 1.5 periods after that renewal, which came a period after the last heartbeat",
 	"deleted-lease": "a process that did not see the holder's latest record (partitioned meanwhile, or started after the " +
 		"deletion) finds the Lease deleted and creates it at once, inside the live holder's hold: the fence for a " +
-		"deleted Lease protects only standbys that watched the record",
+		"deleted Lease protects only standbys that watched the record. Fixed for safety (such a process now waits a " +
+		"lease duration from when it first saw the Lease missing); the entry stays for the liveness cost of that wait " +
+		"after a crash, a deletion and a restart in one gap (seed 83)",
+}
+
+// simKnown is name when it is a reported bug still open (in simKnownBugs),
+// else empty: the signature of a fixed bug fails its schedule again.
+func simKnown(name string) string {
+	if _, ok := simKnownBugs[name]; ok {
+		return name
+	}
+	return ""
 }
 
 // simPeriods are the periods a schedule starts with or changes to.
@@ -969,6 +975,7 @@ func (s *simRun) checkSafety() {
 					take.period < s.periodOver(take.at, take.at) && !take.at.Before(w.at.Add(Timings(take.period).LeaseDuration)):
 					known = "stale-bound"
 				}
+				known = simKnown(known)
 				if strings.HasPrefix(invariant, "note") {
 					s.result.notes = append(s.result.notes, simViolation{invariant: invariant, at: hb.at, what: what})
 				} else {
@@ -1113,9 +1120,12 @@ func (s *simRun) checkLiveness() {
 			note = true
 		case renewed:
 			known = "renewal-without-heartbeat"
-		case afterDeletion:
+		case afterDeletion, slices.ContainsFunc(s.deletes, func(d time.Time) bool { return d.After(t1) && d.Before(t2) }):
+			// A process that finds the Lease missing without having
+			// watched it go waits a lease duration first.
 			known = "deleted-lease"
 		}
+		known = simKnown(known)
 		if gap > 2*pw {
 			v := simViolation{invariant: "liveness", at: t2, known: known,
 				what: fmt.Sprintf("no heartbeat from %s to %s (%s, %.2f periods of %s) while %s was ready%s",
