@@ -167,9 +167,10 @@ var simKnownBugs = map[string]string{
 		"a standby takes over 1.5 periods after that renewal, which came a period after the last heartbeat",
 	"deleted-lease": "a process that did not see the holder's latest record (partitioned meanwhile, or started after the " +
 		"deletion) finds the Lease deleted and creates it at once, inside the live holder's hold: the fence for a " +
-		"deleted Lease protects only standbys that watched the record. Fixed for safety (such a process now waits a " +
-		"lease duration from when it first saw the Lease missing); the entry stays for the liveness cost of that wait " +
-		"after a crash, a deletion and a restart in one gap (seed 83)",
+		"deleted Lease protects only standbys that watched the record. Such a process now waits a lease duration " +
+		"from when it first saw the Lease missing, but a long run still finds writes inside a live holder's hold after " +
+		"a deletion (4 in seeds 101-700), and that wait costs liveness after a crash, a deletion and a restart in one " +
+		"gap (seed 83: 2.18 periods)",
 }
 
 // simKnown is name when it is a reported bug still open (in simKnownBugs),
@@ -1376,10 +1377,12 @@ func TestSim(t *testing.T) {
 			ss := slices.Sorted(slices.Values(known[k]))
 			fmt.Fprintf(&b, "\n%s, in %d schedules (seeds %v): %s", k, len(ss), ss[:min(len(ss), 20)], simKnownBugs[k])
 		}
+		// Open bugs are listed, not skipped: the subtest runs and says what
+		// it saw; make sim (-sim.strict) fails on them.
 		if *simStrict {
 			t.Error("violations with the signature of a reported bug:" + b.String())
 		} else {
-			t.Skip("violations with the signature of a reported bug (known; -sim.strict fails on them):" + b.String())
+			t.Log("violations with the signature of a reported bug still open (-sim.strict fails on them):" + b.String())
 		}
 	})
 }
