@@ -43,7 +43,15 @@ func createNetNS(ctx context.Context, name string, n Network) (*NetNS, error) {
 	}
 	steps := [][]string{
 		{"link", "set", "lo", "up"},
-		{"link", "add", n.Bridge, "type", "bridge"},
+		// A bridge without an address of its own takes the lowest MAC of
+		// its ports, so it changes whenever a pod's veth with a lower one
+		// joins: the pods' ARP entries for the node and the API server's
+		// ClusterIP then point at a MAC that is gone, and their traffic to
+		// the API server stops until the entries expire (the webhook pods
+		// lost it for tens of seconds when the addon's pods started). An
+		// address set explicitly stays. Locally administered, so it is no
+		// real device's.
+		{"link", "add", n.Bridge, "address", "02:00:00:a4:b0:01", "type", "bridge"},
 		{"addr", "add", n.NodeIP + "/" + n.prefixLen(), "dev", n.Bridge},
 		{"addr", "add", n.APIServiceIP + "/32", "dev", n.Bridge},
 		{"link", "set", n.Bridge, "up"},

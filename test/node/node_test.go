@@ -363,6 +363,8 @@ func TestRealNode(t *testing.T) {
 		logf("one writer: Lease holder %s, writers by their metrics %v, by the audit log %v (%d heartbeats)", holder, writers, rep.Writers, rep.Heartbeats)
 	})
 
+	step("fencing: only the leader pod moves the heartbeat", fencing)
+
 	step("degraded while the addon is unavailable", func(t *testing.T) {
 		ps, err := pods(suiteCtx, addonNamespace, map[string]string{"app": operatorName})
 		if err != nil || len(ps) == 0 {
