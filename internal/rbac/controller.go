@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
 
 // ManagedByLabel marks the RoleBindings this controller owns; one with the
@@ -248,8 +249,11 @@ func (r *Reconciler) listMetadata(ctx context.Context, gvk schema.GroupVersionKi
 // ensureLeases creates the election Leases that do not exist yet, with no
 // holder: the reporter role has no create (RBAC cannot limit create by name,
 // so a create permission would let a tenant make any Lease of its namespace).
-func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []string) error {
-	for _, name := range leases {
+// Each names its AddonInstance (heartbeat.InstanceAnnotation) from the start,
+// so that the fencing policy admits no heartbeat until a reporter takes it.
+func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []Lease) error {
+	for _, l := range leases {
+		name := l.Name
 		existing := metadataOf(leaseGVK)
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, existing)
 		if err == nil {
@@ -259,7 +263,8 @@ func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns strin
 			return fmt.Errorf("reading Lease %s/%s: %w", ns, name, err)
 		}
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
+			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
+			Annotations: map[string]string{heartbeat.InstanceAnnotation: l.Instance}}}
 		switch err := r.Client.Create(ctx, lease); {
 		case apierrors.IsAlreadyExists(err):
 			// Made by a reporter that could still create Leases (an

@@ -29,11 +29,11 @@ func TestPlan(t *testing.T) {
 		instances []string
 		bound     []string
 		subjects  []string
-		leases    []string
+		leases    []Lease
 		refused   []string
 	}{
 		"signed, its AddonInstance exists": {deps: []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}},
-			instances: []string{"addon-instance"}, subjects: []string{"sa-a"}, leases: []string{"addon-heartbeat-addon-instance"}},
+			instances: []string{"addon-instance"}, subjects: []string{"sa-a"}, leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}}},
 		"no AddonInstance: not an addon's namespace": {deps: []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}},
 			refused: []string{"a"}},
 		"another AddonInstance exists":   {deps: []Deployment{{"a", signed(ns, "sa-a", "mine")}}, instances: []string{"addon-instance"}, refused: []string{"a"}},
@@ -45,7 +45,7 @@ func TestPlan(t *testing.T) {
 		"version 1 records keep what is bound, add nothing": {
 			deps:      []Deployment{{"old", v1}, {"new", signed(ns, "sa-new", "addon-instance")}},
 			instances: []string{"addon-instance"}, bound: []string{"sa-old"},
-			subjects: []string{"sa-new", "sa-old"}, leases: []string{"addon-heartbeat-addon-instance"}, refused: []string{"old"}},
+			subjects: []string{"sa-new", "sa-old"}, leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}}, refused: []string{"old"}},
 		// A tenant can write a version 1 record too: it keeps nothing once
 		// the AddonInstance is gone, and a version 2 record without a
 		// valid signature, or a value that is no record, keeps nothing.
@@ -60,7 +60,7 @@ func TestPlan(t *testing.T) {
 		"sorted, no duplicates, a Lease per instance": {
 			deps:      []Deployment{{"b", signed(ns, "sa-b", "second")}, {"a", signed(ns, "sa-a", "addon-instance")}, {"c", signed(ns, "sa-b", "addon-instance")}},
 			instances: []string{"addon-instance", "second"}, subjects: []string{"sa-a", "sa-b"},
-			leases: []string{"addon-heartbeat-addon-instance", "addon-heartbeat-second"}},
+			leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}, {Name: "addon-heartbeat-second", Instance: "second"}}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

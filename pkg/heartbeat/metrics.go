@@ -44,6 +44,9 @@ const (
 	electionAcquired = "acquired"
 	electionHeld     = "held_by_other"
 	electionError    = "error"
+	// electionWaiting: neither held nor taken: the missing Lease is being
+	// made, or the process waits for its watch to bring a newer version.
+	electionWaiting = "waiting"
 )
 
 var instanceLabels = []string{"namespace", "addon_instance"}
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	}, instanceLabels)
 	elections := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "addon_heartbeat_election_attempts_total",
-		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, error).",
+		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, waiting, error).",
 	}, append(instanceLabels, "result"))
 
 	asked := prometheus.NewGaugeVec(prometheus.GaugeOpts{

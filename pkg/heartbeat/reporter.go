@@ -97,9 +97,12 @@ type Reporter struct {
 	serverClock *serverClock
 	// clockSaidLarge is whether the log last said the offset was large.
 	clockSaidLarge atomic.Bool
-	health         *healthChecker
-	started        atomic.Bool
-	leading        atomic.Bool
+	// clockKick asks the term's probeClock to look whether the estimate
+	// needs probes (capacity 1; sent after each status write).
+	clockKick chan struct{}
+	health    *healthChecker
+	started   atomic.Bool
+	leading   atomic.Bool
 	// running is true while Start runs; activity is its last try (Healthz).
 	running  atomic.Bool
 	activity activity
@@ -204,6 +207,7 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
 		clock:           clk,
 		serverClock:     sc,
+		clockKick:       make(chan struct{}, 1),
 		releaseOnCancel: true,
 		components:      map[string]Component{},
 		overrides:       map[string]metav1.Condition{},
