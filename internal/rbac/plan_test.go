@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -90,5 +91,44 @@ func TestPlan(t *testing.T) {
 	// Without the key nothing verifies.
 	if g := Plan(ns, []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}}, []string{"addon-instance"}, nil, nil); len(g.Subjects) != 0 {
 		t.Errorf("bound without a key: %v", g.Subjects)
+	}
+}
+
+// The cache keeps a few hundred bytes of a status annotation whatever it
+// holds, and the plan reads the same from it: a valid record stays valid
+// (signature and all) without the container list it does not need; a value
+// that is no record stays none, cut.
+func TestTheCacheKeepsACompactRecord(t *testing.T) {
+	const ns = "addon"
+	envs := make([]string, 200)
+	for i := range envs {
+		envs[i] = fmt.Sprintf("%q", fmt.Sprintf("container-%03d-with-a-long-name-for-its-size", i))
+	}
+	valid := fmt.Sprintf(`{"version":2,"sidecar":"initContainers","env":[%s],"serviceAccount":"sa-a","addonInstance":"addon-instance","signature":%q}`,
+		strings.Join(envs, ","), inject.Sign(testKey, ns, "sa-a", "addon-instance"))
+	tests := map[string]struct {
+		value      string
+		wantRecord bool
+	}{
+		"a signed record with 200 containers": {value: valid, wantRecord: true},
+		"a record and 200 KiB after it":        {value: valid + strings.Repeat(" x", 100<<10)},
+		"200 KiB of no record":                 {value: strings.Repeat("{", 200<<10)},
+		"a short value that is no record":      {value: "yes"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kept := compactRecord(tc.value)
+			if len(kept) > 400 {
+				t.Errorf("kept %d bytes of a %d-byte value", len(kept), len(tc.value))
+			}
+			g := Plan(ns, []Deployment{{Name: "d", Annotations: map[string]string{annotations.Status: kept}}},
+				[]string{"addon-instance"}, nil, testKey)
+			if bound := len(g.Subjects) == 1 && g.Subjects[0].Name == "sa-a"; bound != tc.wantRecord {
+				t.Errorf("from what the cache keeps, the plan binds %v (refused: %v), want a binding %v", g.Subjects, g.Refused, tc.wantRecord)
+			}
+			if !tc.wantRecord && len(g.Refused["d"]) > 300 {
+				t.Errorf("a %d-byte reason: %.100s...", len(g.Refused["d"]), g.Refused["d"])
+			}
+		})
 	}
 }

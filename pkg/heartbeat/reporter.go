@@ -243,8 +243,9 @@ func (r *Reporter) SetHealth(c Component) error {
 	if c.Name == "" {
 		return errors.New("heartbeat: component name is empty")
 	}
-	if !c.Available && c.Reason != "" && !reasonPattern.MatchString(c.Reason) {
-		return fmt.Errorf("heartbeat: component %s: reason %q: expected a CamelCase word", c.Name, c.Reason)
+	if !c.Available && c.Reason != "" && (!reasonPattern.MatchString(c.Reason) || len(c.Reason) > maxReason) {
+		return fmt.Errorf("heartbeat: component %s: reason %s: expected a CamelCase word of at most %d bytes",
+			c.Name, quoteBounded(c.Reason), maxReason)
 	}
 	if c.Message == "" {
 		if c.Available {
@@ -256,6 +257,10 @@ func (r *Reporter) SetHealth(c Component) error {
 	c.Message = truncate(c.Message, MaxMessage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.components[c.Name]; !ok && len(r.components) >= MaxComponents {
+		return fmt.Errorf("heartbeat: component %s: the Reporter keeps at most %d components; remove one with RemoveHealth first",
+			quoteBounded(c.Name), MaxComponents)
+	}
 	r.components[c.Name] = c
 	return nil
 }
@@ -284,6 +289,10 @@ func (r *Reporter) SetCondition(c metav1.Condition) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.overrides[c.Type]; !ok && len(r.overrides) >= MaxConditions {
+		return fmt.Errorf("heartbeat: condition %s: the Reporter writes at most %d conditions of the addon's own; remove one with RemoveCondition first",
+			c.Type, MaxConditions)
+	}
 	r.overrides[c.Type] = c
 	delete(r.removed, c.Type)
 	return nil
