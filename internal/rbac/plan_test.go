@@ -111,9 +111,9 @@ func TestTheCacheKeepsACompactRecord(t *testing.T) {
 		wantRecord bool
 	}{
 		"a signed record with 200 containers": {value: valid, wantRecord: true},
-		"a record and 200 KiB after it":        {value: valid + strings.Repeat(" x", 100<<10)},
-		"200 KiB of no record":                 {value: strings.Repeat("{", 200<<10)},
-		"a short value that is no record":      {value: "yes"},
+		"a record and 200 KiB after it":       {value: valid + strings.Repeat(" x", 100<<10)},
+		"200 KiB of no record":                {value: strings.Repeat("{", 200<<10)},
+		"a short value that is no record":     {value: "yes"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
