@@ -639,9 +639,12 @@ func (t *term) beat(ctx context.Context) beatResult {
 			return beatWaiting
 		}
 		r.failing = true
-		if reason == failForbidden {
+		switch reason {
+		case failForbidden:
 			r.limiter.logError(r.log, err, "heartbeat forbidden: bind the reporter role to this ServiceAccount", "reason", reason)
-		} else {
+		case failFenced:
+			r.limiter.logError(r.log, err, "heartbeat refused by the fencing policy: the Lease has another holder, or none", "reason", reason)
+		default:
 			r.limiter.logError(r.log, err, "heartbeat failed", "reason", reason)
 		}
 		return beatFailed

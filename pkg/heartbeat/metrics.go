@@ -17,6 +17,9 @@ const (
 	failOther       = "other"
 	// failHoldEnded: the write was not sent, the Lease's hold having ended.
 	failHoldEnded = "hold_ended"
+	// failFenced: the fencing policy refused the write: the Lease names
+	// another holder, or none (see IsFenced).
+	failFenced = "fenced"
 )
 
 // metrics are one Reporter's Prometheus series, labelled with its

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -410,6 +411,8 @@ func failureReason(err error) string {
 		return failConflict
 	case errors.Is(err, errHoldEnded):
 		return failHoldEnded
+	case IsFenced(err):
+		return failFenced
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return failForbidden
 	case apierrors.IsNotFound(err):
@@ -422,6 +425,20 @@ func failureReason(err error) string {
 	default:
 		return failOther
 	}
+}
+
+// fencedMessage is in the message of every refusal by the chart's fencing
+// policy (charts/addon-heartbeat/templates/fencing-validatingadmissionpolicy.yaml;
+// test/chart checks that IsFenced recognizes it).
+const fencedMessage = "may be moved only by the pod holding"
+
+// IsFenced reports whether err is a heartbeat write refused by the chart's
+// fencing policy: the write came from a pod that does not hold the
+// AddonInstance's election Lease (a leader whose hold ended while its write
+// was on its way, or after the Lease was deleted and made again). It is a
+// 403 like a missing permission, which it must not be taken for.
+func IsFenced(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), fencedMessage)
 }
 
 func isConnectionError(err error) bool {
