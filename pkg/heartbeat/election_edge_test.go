@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // heldLease is a Lease record of holder, renewed at renewed, for period.
@@ -222,7 +221,7 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 	// The standby sees the deletion and makes the Lease again, with no
 	// holder, and goes on waiting for the same end.
 	var lease coordinationv1.Lease
-	key := client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}
+	key := types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}
 	eventually(t, driveTimeout, "the Lease made again", func() (bool, error) {
 		err := k8s.Get(t.Context(), key, &lease)
 		return err == nil && lease.UID != deleted.UID, nil

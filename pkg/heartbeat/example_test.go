@@ -1,39 +1,39 @@
 package heartbeat_test
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"k8s.io/client-go/rest"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
 
-// An addon reports in-process (SDK mode): it adds a Reporter to its own
-// manager and tells it about its health and its own conditions. The Reporter
-// elects one writer per AddonInstance by itself, so every replica can run it.
+// An addon reports in-process (SDK mode): it runs a Reporter and tells it
+// about its health and its own conditions. The Reporter elects one writer per
+// AddonInstance by itself, so every replica can run it. In a
+// controller-runtime manager, add it with mgr.Add(reporter) instead of
+// calling Start (it is a manager.Runnable), and pass metrics.Registry as the
+// Registerer; test/sdk runs that example at the oldest and the newest
+// controller-runtime the SDK supports.
 func Example() {
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{})
+	cfg, err := rest.InClusterConfig()
 	if err != nil {
 		os.Exit(1)
 	}
-	reporter, err := heartbeat.New(mgr.GetConfig(), heartbeat.Options{
+	reporter, err := heartbeat.New(cfg, heartbeat.Options{
 		Namespace: os.Getenv("ADDON_TARGET_NAMESPACE"),
 		Name:      annotations.DefaultAddonInstance,
 		// The addon decides when it can be deleted.
 		DeleteAck: annotations.DeleteAckManual,
 		// Also judge the addon's Deployments, as the sidecar does.
 		DeploymentHealth: true,
-		Logger:           ctrl.Log.WithName("heartbeat"),
-		// Served on the manager's metrics endpoint.
-		Registerer: metrics.Registry,
 	})
 	if err != nil {
-		os.Exit(1)
-	}
-	if err := mgr.Add(reporter); err != nil {
 		os.Exit(1)
 	}
 
@@ -49,7 +49,11 @@ func Example() {
 		Type: "ReadyToBeDeleted", Status: metav1.ConditionTrue, Reason: "AddonReadyToBeDeleted", Message: "data exported",
 	})
 
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	// Until SIGTERM; then it releases the Lease, so that a standby takes
+	// over at once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := reporter.Start(ctx); err != nil {
 		os.Exit(1)
 	}
 }

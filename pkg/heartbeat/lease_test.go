@@ -10,11 +10,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // requestCounter counts one reporter's requests to the API server by verb
@@ -177,7 +177,7 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 
 	// Another holder (a replica that judged the Lease expired, say) writes
 	// itself in with a long hold.
-	key := client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}
+	key := types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}
 	lease := leaseOf(t, ns, "addon-instance")
 	lease.Spec.HolderIdentity = ptr.To("intruder")
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)

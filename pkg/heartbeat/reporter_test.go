@@ -21,10 +21,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 )
@@ -114,7 +114,7 @@ func setPeriod(t *testing.T, ns, name string, period time.Duration) {
 func leaseOf(t *testing.T, ns, instance string) *coordinationv1.Lease {
 	t.Helper()
 	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName(instance)}, lease); err != nil {
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: LeaseName(instance)}, lease); err != nil {
 		t.Fatal(err)
 	}
 	return lease
@@ -155,7 +155,7 @@ func TestNeverWritesHealthyNorTheSpec(t *testing.T) {
 // Status().Update from its cached (often stale) copy and retries its own
 // conflicts against a fresh read.
 func operator(ctx context.Context, ns, name string, every time.Duration, conflictsSeen *atomic.Int64) {
-	key := client.ObjectKey{Namespace: ns, Name: name}
+	key := types.NamespacedName{Namespace: ns, Name: name}
 	cached := &addonsv1alpha1.AddonInstance{}
 	_ = k8s.Get(ctx, key, cached)
 	writes := 0
@@ -177,7 +177,7 @@ func operator(ctx context.Context, ns, name string, every time.Duration, conflic
 				Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats.String(),
 				Message: fmt.Sprintf("heartbeats arrive (check %d)", writes),
 			})
-			err := k8s.Status().Update(ctx, obj, client.FieldOwner("addon-operator"))
+			err := k8s.Status().Update(ctx, obj, fieldOwner("addon-operator"))
 			if err == nil {
 				cached = obj
 				break
@@ -280,7 +280,7 @@ func TestAnOperatorWritingHealthyNeverLosesItAndHeartbeatsKeepArriving(t *testin
 // does, through the test's own client.
 func operatorWrite(ctx context.Context, ns, name, message string) error {
 	ai := &addonsv1alpha1.AddonInstance{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ai); err != nil {
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ai); err != nil {
 		return err
 	}
 	meta.SetStatusCondition(&ai.Status.Conditions, metav1.Condition{
@@ -288,7 +288,7 @@ func operatorWrite(ctx context.Context, ns, name, message string) error {
 		Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats.String(),
 		Message: message + " " + time.Now().Format(time.RFC3339Nano),
 	})
-	return k8s.Status().Update(ctx, ai, client.FieldOwner("addon-operator"))
+	return k8s.Status().Update(ctx, ai, fieldOwner("addon-operator"))
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -408,7 +408,7 @@ func newDeployment(t *testing.T, ns, name string, replicas int32, annots map[str
 func setAvailability(t *testing.T, d *appsv1.Deployment, available int32) {
 	t.Helper()
 	fresh := &appsv1.Deployment{}
-	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(d), fresh); err != nil {
+	if err := k8s.Get(t.Context(), keyOf(d), fresh); err != nil {
 		t.Fatal(err)
 	}
 	want := ptr.Deref(fresh.Spec.Replicas, 1)
@@ -437,7 +437,7 @@ func waitCondition(t *testing.T, ns, name, condType string, status metav1.Condit
 		defer cancel()
 		for ctx.Err() == nil {
 			ai := &addonsv1alpha1.AddonInstance{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ai); err == nil {
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, ai); err == nil {
 				last = meta.FindStatusCondition(ai.Status.Conditions, condType)
 				if last != nil && last.Status == status && last.Reason == reason && (message == "" || last.Message == message) {
 					return nil
@@ -603,7 +603,7 @@ func TestWaitsForTheInstanceAndResumesWhenItIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, driveTimeout, "deletion seen", func() (bool, error) {
-		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "addon-instance"}, &addonsv1alpha1.AddonInstance{})
+		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "addon-instance"}, &addonsv1alpha1.AddonInstance{})
 		return apierrors.IsNotFound(err), nil
 	})
 	recreated := t0.Add(2500 * time.Millisecond)
@@ -649,7 +649,7 @@ func TestForbiddenIsLoggedClearlyRateLimitedAndRecovers(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "addon"}},
 	}
-	for _, o := range []client.Object{role, binding} {
+	for _, o := range []object{role, binding} {
 		if err := k8s.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
 		}
@@ -723,7 +723,7 @@ func TestWithoutItsOwnElectionItCreatesNoLease(t *testing.T) {
 	if !rn.IsLeader() || rn.metric(t, isLeader) != 1 {
 		t.Errorf("a Reporter gated by its manager's election reports itself as not leading")
 	}
-	err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, &coordinationv1.Lease{})
+	err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}, &coordinationv1.Lease{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("Lease lookup: %v, want NotFound", err)
 	}

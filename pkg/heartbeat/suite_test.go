@@ -17,34 +17,30 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/heartbeattest"
 )
 
-// The package's one envtest suite: a real kube-apiserver and etcd with the
-// upstream AddonInstance CRD.
+// The package's one suite of a real kube-apiserver and etcd, with the
+// upstream AddonInstance CRD (heartbeattest).
 var (
 	adminCfg *rest.Config
-	k8s      client.WithWatch
+	k8s      *testClient
 )
 
 func TestMain(m *testing.M) {
-	// controller-runtime's packages log through its global logger.
-	ctrllog.SetLogger(logr.Discard())
-	env, err := testenv.Start(testenv.Options{})
+	env, err := heartbeattest.Start(heartbeattest.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	adminCfg = env.Config
-	k8s, err = client.NewWithWatch(adminCfg, client.Options{Scheme: testenv.Scheme()})
+	k8s, err = newTestClient(adminCfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = env.Stop()
@@ -253,8 +249,7 @@ func record(t *testing.T, ns, name string) *recorder {
 		defer close(rec.done)
 		var last *addonsv1alpha1.AddonInstance
 		for ctx.Err() == nil {
-			w, err := k8s.Watch(ctx, &addonsv1alpha1.AddonInstanceList{}, client.InNamespace(ns),
-				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
+			w, err := k8s.watchInstance(ctx, types.NamespacedName{Namespace: ns, Name: name})
 			if err != nil {
 				select {
 				case <-ctx.Done():
@@ -354,7 +349,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 func getInstance(t *testing.T, ns, name string) *addonsv1alpha1.AddonInstance {
 	t.Helper()
 	ai := &addonsv1alpha1.AddonInstance{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, ai); err != nil {
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, ai); err != nil {
 		t.Fatal(err)
 	}
 	return ai
