@@ -34,6 +34,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 var soak = flag.Duration("soak", 0, "keep the reporter process running this long at a 1s period and report its memory")
@@ -151,7 +152,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 	}
 	// The reporter role has no create: whoever binds it makes the election
 	// Lease, empty, as the webhook does.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: election.LeaseName("addon-instance")}}
 	for _, o := range []client.Object{role, binding, lease} {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -250,7 +251,7 @@ func TestInjectedReporterProcess(t *testing.T) {
 		t.Fatal("no exit within 10s of SIGTERM")
 	}
 	lease = &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}, lease); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: election.LeaseName("addon-instance")}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {

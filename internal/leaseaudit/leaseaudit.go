@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // PodNameKey is the user.extra key of a pod-bound service-account token.
@@ -102,7 +103,7 @@ type Report struct {
 // events' completion): each must come from the pod whose Lease write (a take
 // or a renewal of the Lease named lease) was the last applied before it, and
 // within that write's renew deadline for the period it announced
-// (heartbeat.Timings; the longest the holder may lead on it). A deletion of
+// (election.Timings; the longest the holder may lead on it). A deletion of
 // the Lease keeps the hold, and so does the Lease made again with no holder
 // (by the webhook or a reporter): its holder alone may still write until its
 // hold ends, and the next take starts another; a release ends it. Events before
@@ -148,7 +149,7 @@ func Judge(events []Event, lease, instance string, from, to time.Time) Report {
 				rep.Holds++
 			}
 			holder, renewed = h, at
-			announced, _ = time.ParseDuration(l.Annotations[heartbeat.PeriodAnnotation])
+			announced, _ = time.ParseDuration(l.Annotations[election.PeriodAnnotation])
 			announced = cmp.Or(announced, heartbeat.DefaultPeriod)
 		case e.ObjectRef.Resource == "addoninstances" && e.ObjectRef.Name == instance && e.ObjectRef.Subresource == "status" && e.Pod() != "":
 			if !inWindow {
@@ -166,7 +167,7 @@ func Judge(events []Event, lease, instance string, from, to time.Time) Report {
 			case e.Pod() != holder:
 				rep.Violations = append(rep.Violations, fmt.Sprintf("heartbeat by pod %s applied at %s while the Lease was %q's (last written %s)",
 					e.Pod(), stamp(at), holder, stamp(renewed)))
-			case at.After(renewed.Add(heartbeat.Timings(announced).RenewDeadline)):
+			case at.After(renewed.Add(election.Timings(announced).RenewDeadline)):
 				rep.Violations = append(rep.Violations, fmt.Sprintf("heartbeat by pod %s applied at %s, after its hold ended (renewed %s for a period of %s)",
 					e.Pod(), stamp(at), stamp(renewed), announced))
 			}

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 const (
@@ -21,7 +21,7 @@ const (
 	period   = 5 * time.Second // renew deadline 7.5s
 )
 
-var lease = heartbeat.LeaseName(instance)
+var lease = election.LeaseName(instance)
 
 // logOf writes an audit log (JSON lines, as the API server does) of steps:
 // "t verb holder" for a Lease write at t seconds ("" holder: a release;
@@ -58,7 +58,7 @@ func logOf(t *testing.T, t0 time.Time, steps ...string) *bytes.Buffer {
 				holder = f[2]
 			}
 			// A take, a renewal and a release all stamp renewTime.
-			ev["requestObject"] = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{heartbeat.PeriodAnnotation: period.String()}},
+			ev["requestObject"] = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{election.PeriodAnnotation: period.String()}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: ptr.To(metav1.NewMicroTime(t0))}}
 		}
 		line, err := json.Marshal(ev)

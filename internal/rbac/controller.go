@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -275,7 +275,7 @@ func (r *Reconciler) listMetadata(ctx context.Context, gvk schema.GroupVersionKi
 // ensureLeases creates the election Leases that do not exist yet, with no
 // holder: the reporter role has no create (RBAC cannot limit create by name,
 // so a create permission would let a tenant make any Lease of its namespace).
-// Each names its AddonInstance (heartbeat.InstanceAnnotation) from the start,
+// Each names its AddonInstance (election.InstanceAnnotation) from the start,
 // so that the fencing policy admits no heartbeat until a reporter takes it.
 func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []Lease) error {
 	for _, l := range leases {
@@ -290,7 +290,7 @@ func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns strin
 		}
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
-			Annotations: map[string]string{heartbeat.InstanceAnnotation: l.Instance}}}
+			Annotations: map[string]string{election.InstanceAnnotation: l.Instance}}}
 		switch err := r.Client.Create(ctx, lease); {
 		case apierrors.IsAlreadyExists(err):
 			// Made by a reporter that could still create Leases (an

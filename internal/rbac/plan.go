@@ -15,7 +15,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -84,7 +84,7 @@ func Plan(namespace string, deps []Deployment, instances, bound []string, key []
 			continue
 		}
 		names = append(names, rec.ServiceAccount)
-		leases = append(leases, Lease{Name: heartbeat.LeaseName(rec.AddonInstance), Instance: rec.AddonInstance})
+		leases = append(leases, Lease{Name: election.LeaseName(rec.AddonInstance), Instance: rec.AddonInstance})
 	}
 	if keep && len(instances) > 0 {
 		names = append(names, bound...)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 const reporterRole = "addon-heartbeat-reporter"
@@ -79,7 +79,7 @@ func TestReporterPermissions(t *testing.T) {
 		var l coordinationv1.Lease
 		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "addon-heartbeat-addon-instance"}, &l)
 		return err == nil && l.Labels[rbac.ManagedByLabel] == rbac.ManagedByValue && l.Spec.HolderIdentity == nil &&
-			l.Annotations[heartbeat.InstanceAnnotation] == "addon-instance", fmt.Sprintf("%v %v", err, l.Annotations)
+			l.Annotations[election.InstanceAnnotation] == "addon-instance", fmt.Sprintf("%v %v", err, l.Annotations)
 	})
 
 	const ai, group = "addon-instance", "addons.managed.openshift.io"

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // leaseGate is a reverse proxy to the API server that, once closed, holds
@@ -94,7 +94,7 @@ func TestProbesAnswerUntilTheLeaseIsReleased(t *testing.T) {
 	metrics := servedAddress(t, rec, "metrics")
 
 	lease := &coordinationv1.Lease{}
-	leaseKey := client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}
+	leaseKey := client.ObjectKey{Namespace: ns, Name: election.LeaseName("addon-instance")}
 	await(t, 30*time.Second, "the reporter leading", func() bool {
 		err := k8s.Get(ctx, leaseKey, lease)
 		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == cfg.Identity

@@ -22,6 +22,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // as is a client that impersonates user in groups (the API server then
@@ -63,7 +64,7 @@ func reporterMay(t *testing.T, ns, sa string) []string {
 	for _, attrs := range []authzv1.ResourceAttributes{
 		{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Subresource: "status", Verb: "update", Name: "addon-instance"},
 		{Namespace: ns, Group: "addons.managed.openshift.io", Resource: "addoninstances", Verb: "get", Name: "addon-instance"},
-		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Name: heartbeat.LeaseName("addon-instance")},
+		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Name: election.LeaseName("addon-instance")},
 		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Verb: "create"},
 	} {
 		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{

@@ -46,7 +46,6 @@ func newDrivenClock(t *testing.T) *drivenClock {
 // drive puts a Reporter on the clock (a tweak for startReporter).
 func (c *drivenClock) drive(r *Reporter) {
 	r.clock = c
-	r.lock.clock = c
 	r.limiter.clock = c
 	// Heartbeats in the driven time: a serverClock that no response
 	// reaches (the real API server's Date is real time, which the driven

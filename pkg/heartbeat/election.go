@@ -13,11 +13,11 @@ import (
 	"github.com/go-logr/logr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // Start runs the Reporter until ctx ends: it campaigns for the AddonInstance's
@@ -38,214 +38,65 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 	}()
 	r.log.Info("starting heartbeat reporter", "identity", r.opts.Identity,
-		"lease", r.lock.key.String(), "leaderElection", !r.opts.DisableLeaderElection)
+		"lease", r.leaseKey.String(), "leaderElection", !r.opts.DisableLeaderElection)
 	if r.opts.DisableLeaderElection {
 		for ctx.Err() == nil {
 			r.lead(ctx, nil)
 		}
 		return nil
 	}
-	log := r.log.WithValues("lease", r.lock.key.String())
+	log := r.log.WithValues("lease", r.leaseKey.String())
+	e := r.newElector(log)
 	for ctx.Err() == nil {
-		if !r.campaign(ctx, log) {
+		if !e.Campaign(ctx, r.period()) {
 			continue // ctx is done: the loop ends
 		}
 		log.Info("acquired the Lease", "identity", r.opts.Identity)
-		r.lead(ctx, r.lock)
+		r.lead(ctx, e)
 		if ctx.Err() != nil {
-			r.releaseLease(log)
+			r.releaseLease(log, e)
 			continue // ctx is done: the loop ends
 		}
 		// The term ended with ctx still running: the Lease was lost, and
 		// the next campaign reads the AddonInstance again.
-		r.lock.yield()
+		e.Yield()
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil
 }
 
-// campaign is one stretch as a standby: it takes the Lease when it is free,
-// released or expired, and returns true once this process holds it (false
-// when ctx ends). It reads the Lease once and then watches it from that
-// version: each renewal comes as an event, so a standby reads nothing while
-// the leader renews, sees a release at once and judges expiry from the
-// moment of the last renewal. The watch is closed while this process leads.
-// Errors (the read or the watch failing) count as failed election attempts
-// and are retried at the election's own pace, not a reflector's back-off, so
-// a standby is back within a retry period of the API server.
-func (r *Reporter) campaign(ctx context.Context, log logr.Logger) bool {
-	var w watch.Interface
-	defer func() {
-		if w != nil {
-			w.Stop()
-		}
-	}()
-	read := true // read the Lease before (re)opening the watch
-	var opened time.Time
-	period := r.period()
-	r.lock.maxDuration = Timings(period).LeaseDuration
-	var probed time.Time // when the AddonInstance was last read; zero: not yet
-	sameIdentitySaid, campaignSaid := false, false
-	for ctx.Err() == nil {
-		var err error
-		if w == nil {
-			w, err = r.watchLease(ctx, read)
-			opened = r.clock.Now()
-		}
-		if probed.IsZero() || err == nil && !r.lock.heldByOther(r.clock.Now()) && probed.Before(r.lock.observedAt) {
-			// A take is judged on the AddonInstance as read after the
-			// record it judges was seen: the bound on another's hold
-			// (maxDuration), the wait for a Lease found missing
-			// (vacancyWait) and the period the take announces all
-			// follow the spec's period, which may have changed (a
-			// longer one is announced by the holder's renewal right
-			// after it sees it, and a bound from before would end that
-			// hold early). Once per record: a standby waiting out a
-			// live holder reads nothing; one about to take reads once.
-			// The read shows the spec as of some instant after it was
-			// sent: it is as fresh as its sending, not its answer (which
-			// a slow API server may give long after a record it judges).
-			sent := r.clock.Now()
-			p, fresh, perr := r.probe(ctx)
-			switch {
-			case perr == nil:
-				period, probed = p, sent
-				r.lock.maxDuration = Timings(period).LeaseDuration
-				r.lock.vacancyWait = vacancyWait(period, fresh)
-			case err == nil:
-				// No take on an older read: the hold it would
-				// announce, and the bounds it would judge by, may be
-				// on a period the others no longer follow. Try again
-				// at the retry pace.
-				err = perr
-			}
-			if !campaignSaid {
-				log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
-				campaignSaid = true
-			}
-		}
-		r.activity.mark(r.clock.Now())
-		held := false
-		if err == nil {
-			// Bounded like a heartbeat, so that an API server that
-			// stops answering delays the next try, never stops tries.
-			actx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
-			held, err = r.lock.acquire(actx, period)
-			cancel()
-		}
-		wait := r.lock.wait(period)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return false
-			}
-			r.metrics.elections.WithLabelValues(electionError).Inc()
-			r.limiter.logError(log, err, "leader election failed")
-			wait = checkInterval(r.lock.period(period))
-		case held:
-			r.metrics.elections.WithLabelValues(electionAcquired).Inc()
-			return true
-		case !r.lock.heldByOther(r.clock.Now()):
-			// Not held, not taken: the Lease is being made, or this
-			// process waits for its watch to catch up.
-			r.metrics.elections.WithLabelValues(electionWaiting).Inc()
-		default:
-			r.metrics.elections.WithLabelValues(electionHeld).Inc()
-			if r.lock.heldBySameIdentity() && !sameIdentitySaid {
-				// An earlier run of this process that did not release the
-				// Lease (it crashed), or a second process given this
-				// identity: either way wait for that hold to end.
-				log.Info("the Lease is held under this process's identity by another process: "+
-					"an earlier run of it, or a second process with the same identity (each needs its own); "+
-					"waiting for that hold to end", "identity", r.opts.Identity)
-				sameIdentitySaid = true
-			}
-		}
-		if open, ok := awaitLease(ctx, w, r.lock, r.clock.After(wait)); !open {
-			if w != nil {
-				w.Stop()
-				// One that ends as soon as it opens is not reopened at once.
-				if r.clock.Since(opened) < Timings(period).RetryPeriod {
-					r.sleep(ctx, checkInterval(r.lock.period(period)))
-				}
-			}
-			// A watch the API server closed resumes from the last version
-			// seen; one that failed starts again from a read.
-			w, read = nil, !ok
-		}
-	}
-	return false
-}
-
-// watchLease opens a watch on the Lease from the last version the lock has
-// seen, after reading the Lease into the lock when read is set.
-func (r *Reporter) watchLease(ctx context.Context, read bool) (watch.Interface, error) {
-	if read {
-		rctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
-		err := r.lock.refresh(rctx)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
-	w, err := r.kube.watchLease(ctx, r.lock.key, r.lock.lastVersion)
-	if err != nil {
-		return nil, fmt.Errorf("watching Lease %s: %w", r.lock.key, err)
-	}
-	return w, nil
-}
-
-// awaitLease waits for the watch's next event and records it in lock, or
-// for timeout or ctx. open is false when the watch has ended (or there is
-// none), and ok then says whether it ended cleanly (closed by the API
-// server) rather than on an error.
-func awaitLease(ctx context.Context, w watch.Interface, lock *leaseLock, timeout <-chan time.Time) (open, ok bool) {
-	if w == nil {
-		select {
-		case <-ctx.Done():
-		case <-timeout:
-		}
-		return false, false
-	}
-	select {
-	case <-ctx.Done():
-		return true, true
-	case <-timeout:
-		return true, true
-	case ev, more := <-w.ResultChan():
-		if !more {
-			return false, true
-		}
-		switch ev.Type {
-		case watch.Added, watch.Modified:
-			if lease, isLease := ev.Object.(*coordinationv1.Lease); isLease {
-				lock.observe(lease, lease.ResourceVersion, lock.clock.Now())
-			}
-			return true, true
-		case watch.Deleted:
-			version := ""
-			if lease, isLease := ev.Object.(*coordinationv1.Lease); isLease {
-				version = lease.ResourceVersion
-			}
-			lock.observe(nil, version, lock.clock.Now())
-			return true, true
-		case watch.Bookmark:
-			return true, true
-		default: // watch.Error: the version is too old, or a server error
-			return false, false
-		}
-	}
+// newElector is the election of this Reporter's AddonInstance, on its
+// clock: a campaign reads the AddonInstance's period before each take
+// (probe), and each try is a sign of life (Healthz) and a sample of
+// addon_heartbeat_election_attempts_total.
+func (r *Reporter) newElector(log logr.Logger) *election.Elector {
+	return election.New(election.Config{
+		Leases:   election.NewLeases(r.kube.leases, FieldManager),
+		Lease:    r.leaseKey,
+		Identity: r.opts.Identity,
+		Instance: r.opts.Name,
+		Clock:    r.clock,
+		Log:      log,
+		LogError: func(err error, msg string, kv ...any) { r.limiter.logError(log, err, msg, kv...) },
+		ReadPeriod: func(ctx context.Context) (time.Duration, bool, error) {
+			return r.probe(ctx)
+		},
+		OnTry: func(res election.Result) {
+			r.activity.mark(r.clock.Now())
+			r.metrics.elections.WithLabelValues(string(res)).Inc()
+		},
+	})
 }
 
 // releaseLease hands the Lease back after the last heartbeat of a term, so
 // that a standby takes over at its next check.
-func (r *Reporter) releaseLease(log logr.Logger) {
+func (r *Reporter) releaseLease(log logr.Logger, e *election.Elector) {
 	if !r.releaseOnCancel {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout(r.lock.period(DefaultPeriod)))
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout(e.Period(DefaultPeriod)))
 	defer cancel()
-	if err := r.lock.release(ctx); err != nil {
+	if err := e.Release(ctx); err != nil {
 		log.Error(err, "releasing the Lease failed: a standby takes over when it expires")
 		return
 	}
@@ -260,8 +111,6 @@ func (r *Reporter) releaseLease(log logr.Logger) {
 // the period is the last one this process saw, or DefaultPeriod, and fresh
 // is false.
 func (r *Reporter) probe(ctx context.Context) (period time.Duration, fresh bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, maxWriteTimeout)
-	defer cancel()
 	ai, err := r.kube.getInstance(ctx, r.key)
 	switch {
 	case err == nil:
@@ -278,35 +127,10 @@ func (r *Reporter) probe(ctx context.Context) (period time.Duration, fresh bool,
 	return r.period(), false, fmt.Errorf("reading AddonInstance %s: %w", r.key, err)
 }
 
-// vacancyWait is how long a process that finds the Lease missing, without
-// having watched the record before it go, waits from then before it makes
-// the Lease (see leaseLock.vacantSince): its last holder may be live, having
-// renewed after the last record this process saw. That holder's renewal
-// of a Lease now gone fails and it stops, so its hold ends within the renew
-// deadline of its last renewal, which came before the deletion and so before
-// this process saw the Lease missing: a lease duration of the spec's period
-// (the one it follows) from then has outlasted it.
-//
-// A first install (fresh: no heartbeat was ever written, or there is no
-// AddonInstance) waits nothing, so that its first heartbeat goes out at once:
-// with no heartbeat ever written there is no term whose writes could be
-// overlapped but one that took a Lease made moments before and lost it to a
-// deletion before its first heartbeat, and that one writes at most that
-// heartbeat (on the hold of its take) and stops at the renewal after it: an
-// overlap of one write, in the first seconds of an install, against making
-// every first install wait a lease duration. The Lease the webhook makes,
-// never held, is a vacancy like a missing one.
-func vacancyWait(period time.Duration, fresh bool) time.Duration {
-	if fresh {
-		return 0
-	}
-	return Timings(period).LeaseDuration
-}
-
 // lead is one term of leadership: it watches the AddonInstance (and the
 // Deployments in zero-code mode) and heartbeats until ctx ends or, with a
 // lock, the Lease is lost. Each heartbeat first renews the Lease.
-func (r *Reporter) lead(ctx context.Context, lock *leaseLock) {
+func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 	r.leadMu.Lock()
 	defer r.leadMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
@@ -316,12 +140,12 @@ func (r *Reporter) lead(ctx context.Context, lock *leaseLock) {
 		wg.Wait()
 	}()
 
-	t := &term{r: r, lock: lock, end: cancel}
+	t := &term{r: r, lock: lock, end: cancel, earlier: make(chan struct{}, 1)}
 	if lock != nil {
 		// Stop leading when the hold runs out even if no heartbeat is due
 		// to notice: is_leader must not outlive the Lease. Renewals only
 		// move the deadline; the timer re-arms itself when it fires early.
-		t.setDeadline(lock.validUntil)
+		t.setDeadline(lock.HoldEnd())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -428,12 +252,15 @@ func (r *Reporter) sleep(ctx context.Context, d time.Duration) {
 // term is the leader's view of the cluster for one term.
 type term struct {
 	r           *Reporter
-	lock        *leaseLock                // nil without leader election
+	lock        *election.Elector         // nil without leader election
 	deadline    atomic.Pointer[time.Time] // end of the hold (see setDeadline)
 	end         context.CancelFunc
 	instance    toolscache.SharedIndexInformer
 	deployments toolscache.SharedIndexInformer
 	lostOnce    sync.Once
+	// earlier tells watchDeadline that the deadline moved earlier
+	// (capacity 1).
+	earlier chan struct{}
 	// written is the last version this term wrote, and writtenOver the
 	// versions that write replaced (touched by the heartbeat loop only).
 	written     *addonsv1alpha1.AddonInstance
@@ -444,8 +271,16 @@ type term struct {
 // the monotonic reading the clock gave it: stored as Unix nanoseconds it
 // would be compared by the wall clock, and after an NTP step back the
 // leader (IsLeader, is_leader) would outlive a hold a standby has already
-// taken over.
-func (t *term) setDeadline(at time.Time) { t.deadline.Store(&at) }
+// taken over. A deadline moved earlier (a renewal on a shorter period whose
+// outcome is unknown, see election.Elector.Renew) re-arms watchDeadline.
+func (t *term) setDeadline(at time.Time) {
+	if prev := t.deadline.Swap(&at); prev != nil && at.Before(*prev) {
+		select {
+		case t.earlier <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // holdEnd is the end of the hold (see setDeadline).
 func (t *term) holdEnd() time.Time { return *t.deadline.Load() }
@@ -499,13 +334,14 @@ func (t *term) watchDeadline(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C():
+		case <-t.earlier:
 		}
 		left := t.holdEnd().Sub(clk.Now())
 		if left <= 0 {
 			t.lost("could not renew the Lease in time")
 			return
 		}
-		timer.Reset(left)
+		resetTimer(timer, left)
 	}
 }
 
@@ -586,7 +422,7 @@ func (t *term) observe() target {
 // hold the previous renewal gave (a renew deadline, 1.5 periods, from that
 // renewal: half a period to spare), and the renewal follows only a heartbeat
 // that went through: whatever fails, the last renewal comes right after the
-// last heartbeat and the gap is a lease duration (see Timings). A write that
+// last heartbeat and the gap is a lease duration (see election.Timings). A write that
 // fails renews nothing: the hold runs out unless a retry within it
 // succeeds, and a standby that can write takes over.
 func (t *term) beat(ctx context.Context) beatResult {
@@ -636,6 +472,11 @@ func (t *term) beat(ctx context.Context) beatResult {
 		if reason == failNotFound {
 			// Deleted since the cache saw it: the watch reports the
 			// deletion, and the next beat finds nothing to write to.
+			// Nothing to heartbeat into, as without an AddonInstance:
+			// the Lease is kept.
+			if t.lock != nil && !t.renew(ctx, period) {
+				return beatFailed
+			}
 			return beatWaiting
 		}
 		r.failing = true
@@ -666,7 +507,7 @@ func (t *term) beat(ctx context.Context) beatResult {
 // held reports whether the term's hold still runs (always, without leader
 // election).
 func (t *term) held() bool {
-	return t.lock == nil || t.r.clock.Now().Before(t.lock.validUntil)
+	return t.lock == nil || t.r.clock.Now().Before(t.lock.HoldEnd())
 }
 
 // renew extends the hold after a heartbeat (or, with no AddonInstance to
@@ -676,20 +517,22 @@ func (t *term) renew(ctx context.Context, period time.Duration) bool {
 	r := t.r
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
 	defer cancel()
-	err := t.lock.renew(ctx, period)
+	err := t.lock.Renew(ctx, period)
 	switch {
 	case err == nil:
-		t.setDeadline(t.lock.validUntil)
+		t.setDeadline(t.lock.HoldEnd())
 		return true
-	case errors.Is(err, errLeaseLost):
+	case errors.Is(err, election.ErrLost):
 		t.lost(err.Error())
 		return false
 	}
+	// A renewal whose outcome is unknown may have shortened the hold.
+	t.setDeadline(t.lock.HoldEnd())
 	reason := failureReason(err)
 	r.metrics.failed.WithLabelValues(reason).Inc()
 	r.failing = true
-	r.limiter.logError(r.log, err, "renewing the Lease failed: heartbeat not sent", "reason", reason)
-	if !r.clock.Now().Before(t.lock.validUntil) {
+	r.limiter.logError(r.log, err, "renewing the Lease failed", "reason", reason)
+	if !r.clock.Now().Before(t.lock.HoldEnd()) {
 		t.lost("could not renew the Lease in time")
 	}
 	return false
@@ -732,8 +575,4 @@ func (t *term) components(ctx context.Context, period time.Duration) []Component
 	}
 	slices.SortStableFunc(comps, func(a, b Component) int { return cmp.Compare(a.Name, b.Name) })
 	return comps
-}
-
-func (t LeaseTimings) String() string {
-	return fmt.Sprintf("lease %s, renew %s, retry %s", t.LeaseDuration, t.RenewDeadline, t.RetryPeriod)
 }

@@ -1,7 +1,6 @@
 package heartbeat
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,116 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
-
-// heldLease is a Lease record of holder, renewed at renewed, for period.
-func heldLease(uid, holder, process string, period time.Duration, renewed time.Time) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: "l", Namespace: "ns",
-		Annotations: map[string]string{PeriodAnnotation: period.String()}}}
-	if process != "" {
-		l.Annotations[ProcessAnnotation] = process
-	}
-	if holder != "" {
-		l.Spec.HolderIdentity = ptr.To(holder)
-		l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
-	}
-	return l
-}
-
-// A Lease deleted under its holder (by an admin, or by a namespace cleanup
-// racing the addon) must not start a new term at once: the holder may be
-// sending the heartbeat it renewed for just before. A standby that saw the
-// record honours it to its end, whether the Lease stays gone or comes back as
-// a new object with no holder (the webhook makes it again).
-func TestADeletedLeaseKeepsItsHoldersTermToTheEnd(t *testing.T) {
-	const period = time.Second
-	hold := Timings(period).LeaseDuration
-	for name, after := range map[string]*coordinationv1.Lease{
-		"gone":            nil,
-		"made again":      heldLease("uid-2", "", "", period, time.Time{}),
-		"made again held": heldLease("uid-2", "pod-c", "", period, time.Time{}),
-	} {
-		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(time.Now())
-			t0 := clk.Now()
-			// No kube: a request would panic, and none may be sent.
-			l := &leaseLock{identity: "pod-b", process: "p-b", clock: clk}
-			l.observe(heldLease("uid-1", "pod-a", "p-a", period, t0), "", t0)
-			clk.Step(100 * time.Millisecond)
-			l.observe(after, "", clk.Now())
-			if !l.heldByOther(clk.Now()) {
-				t.Fatal("the term of the deleted Lease's holder is over at once")
-			}
-			if after != nil {
-				if held, err := l.acquire(context.Background(), period); held || err != nil {
-					t.Fatalf("acquire = %v, %v while the old holder's term runs", held, err)
-				}
-			}
-			want := hold - 100*time.Millisecond + time.Millisecond // the old term's end
-			if after != nil && after.Spec.HolderIdentity != nil {
-				want = hold + time.Millisecond // the new holder's, seen now, ends later
-			}
-			if got := l.wait(period); got != want {
-				t.Errorf("wait %s, want %s", got, want)
-			}
-			clk.SetTime(t0.Add(hold))
-			if after == nil || after.Spec.HolderIdentity == nil {
-				if l.heldByOther(clk.Now()) {
-					t.Error("still held once the old term is over")
-				}
-			}
-		})
-	}
-	t.Run("own hold", func(t *testing.T) {
-		// The process whose own Lease was deleted knows its term has
-		// ended (it stopped writing first): it may take the Lease again.
-		clk := clocktesting.NewFakeClock(time.Now())
-		l := &leaseLock{identity: "pod-a", process: "p-a", clock: clk}
-		l.observe(heldLease("uid-1", "pod-a", "p-a", period, clk.Now()), "", clk.Now())
-		l.observe(nil, "", clk.Now())
-		if l.heldByOther(clk.Now()) {
-			t.Error("its own deleted hold fences the holder itself")
-		}
-	})
-}
-
-// Two processes with one identity (a crashed process's restart, or a
-// misconfiguration): the record written by the other is another holder's,
-// until it expires. A record of an earlier version, which wrote no process
-// token, stays this identity's own.
-func TestARecordOfTheSameIdentityByAnotherProcessIsAnotherHolders(t *testing.T) {
-	const period = time.Second
-	clk := clocktesting.NewFakeClock(time.Now())
-	t0 := clk.Now()
-	l := &leaseLock{identity: "twin", process: "p-2", clock: clk}
-	l.observe(heldLease("uid-1", "twin", "p-1", period, t0), "", t0)
-	if !l.heldByOther(t0) || !l.heldBySameIdentity() {
-		t.Fatal("another process's hold under this identity is taken as this process's own")
-	}
-	if !l.heldByOther(t0.Add(Timings(period).LeaseDuration - time.Millisecond)) {
-		t.Error("the other process's hold ends early")
-	}
-	if l.heldByOther(t0.Add(Timings(period).LeaseDuration)) {
-		t.Error("the other process's hold outlives its lease duration")
-	}
-	l.observe(heldLease("uid-1", "twin", "", period, t0), "", t0)
-	if l.heldByOther(t0) || l.heldBySameIdentity() {
-		t.Error("a record of this identity without a process token is not this process's own")
-	}
-	// Taking it over records this process, as a new acquisition.
-	next := heldLease("uid-1", "twin", "p-1", period, t0)
-	next.Spec.AcquireTime = &metav1.MicroTime{Time: t0}
-	l.record(next, period, t0.Add(time.Minute))
-	if got := next.Annotations[ProcessAnnotation]; got != "p-2" {
-		t.Errorf("process %q, want p-2", got)
-	}
-	if !next.Spec.AcquireTime.Equal(&metav1.MicroTime{Time: t0.Add(time.Minute)}) || ptr.Deref(next.Spec.LeaseTransitions, 0) != 1 {
-		t.Errorf("acquire time %s, transitions %d: a new process's hold is a new acquisition",
-			next.Spec.AcquireTime, ptr.Deref(next.Spec.LeaseTransitions, 0))
-	}
-}
 
 // The end of the hold keeps Go's monotonic clock reading: stored as wall
 // nanoseconds, as it was, the leader compared it with the wall clock, and
@@ -210,7 +103,7 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 	standby := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
 	// The standby has seen pod-a's hold (renewed at t0) when it waits
 	// for its end.
-	end := t0.Add(Timings(period).LeaseDuration + time.Millisecond)
+	end := t0.Add(election.Timings(period).LeaseDuration + time.Millisecond)
 	clk.awaitArmed(t, end, "the standby waiting for the holder's term to end")
 	clk.awaitArmed(t, t0.Add(period), "the leader's next tick")
 
@@ -221,7 +114,7 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 	// The standby sees the deletion and makes the Lease again, with no
 	// holder, and goes on waiting for the same end.
 	var lease coordinationv1.Lease
-	key := types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}
+	key := types.NamespacedName{Namespace: ns, Name: election.LeaseName("addon-instance")}
 	eventually(t, driveTimeout, "the Lease made again", func() (bool, error) {
 		err := k8s.Get(t.Context(), key, &lease)
 		return err == nil && lease.UID != deleted.UID, nil
@@ -229,7 +122,7 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != "" || lease.Spec.RenewTime != nil {
 		t.Fatalf("the Lease was made again held by %q: a hold may not start inside the deleted one's", h)
 	}
-	if got := lease.Annotations[InstanceAnnotation]; got != "addon-instance" {
+	if got := lease.Annotations[election.InstanceAnnotation]; got != "addon-instance" {
 		t.Errorf("the Lease made again names instance %q, want addon-instance (for the fencing policy)", got)
 	}
 	clk.awaitArmed(t, end, "the standby waiting, after the deletion, for the old term to end")
@@ -267,7 +160,7 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 		first := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
 		clk.beatAt(t, rec, t0)
 		second := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
-		clk.awaitArmed(t, t0.Add(Timings(period).LeaseDuration+time.Millisecond), "the second process waiting")
+		clk.awaitArmed(t, t0.Add(election.Timings(period).LeaseDuration+time.Millisecond), "the second process waiting")
 		for k := 1; k <= 3; k++ {
 			clk.beatAt(t, rec, t0.Add(time.Duration(k)*period))
 			if second.IsLeader() || second.metric(t, sentTotal) != 0 {
@@ -292,7 +185,7 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 		clk.awaitArmed(t, t0.Add(period), "the next tick")
 		// Another process with this identity renews the Lease.
 		lease := leaseOf(t, ns, "addon-instance")
-		lease.Annotations[ProcessAnnotation] = "another-process"
+		lease.Annotations[election.ProcessAnnotation] = "another-process"
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: clk.Now()}
 		if err := k8s.Update(t.Context(), lease); err != nil {
 			t.Fatal(err)
@@ -373,7 +266,7 @@ func TestLivenessFailsOnlyWhenTheLoopIsStuck(t *testing.T) {
 // saw, plus the millisecond its look waits past it.
 func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
 	const period = 2 * time.Second
-	tm := Timings(period)
+	tm := election.Timings(period)
 	tests := map[string]struct {
 		// The leader dies when it sends this request of its third tick
 		// (the request never arrives), or, with after, once its answer
@@ -452,52 +345,6 @@ func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
 	}
 }
 
-// A vacant Lease seen through a gap in the view (by a read, or as a watch's
-// first report) may follow a hold that came and went unseen: the process
-// waits out a lease duration from that sighting before it takes it. Seen
-// again unwritten (the same object and version), the wait stands; a
-// different vacant object (the Lease deleted and made again meanwhile, as a
-// second deletion during a watch outage does) starts it again. Before, any
-// vacancy after the first kept the first sighting, and a process took the
-// second inside the hold that came between.
-func TestAVacancySeenThroughAGapIsWaitedOutFromItsSighting(t *testing.T) {
-	const period = time.Second
-	wait := Timings(period).LeaseDuration
-	vacantObj := func(uid, rv string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv, Name: "l", Namespace: "ns"}}
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	t0 := clk.Now()
-	l := &leaseLock{identity: "pod-b", clock: clk, vacancyWait: wait}
-	l.observeRead(vacantObj("uid-1", "10"), t0)
-	if end, held := l.otherHoldEnd(t0); !held || !end.Equal(t0.Add(wait)) {
-		t.Fatalf("after a read of a vacant Lease: held %v until %s, want until %s", held, end.Sub(t0), wait)
-	}
-	// The same object, unwritten: no hold came in between.
-	clk.Step(time.Second)
-	l.observeRead(vacantObj("uid-1", "10"), clk.Now())
-	if end, _ := l.otherHoldEnd(clk.Now()); !end.Equal(t0.Add(wait)) {
-		t.Errorf("a second read of the same vacant object moved the wait to %s, want it at %s", end.Sub(t0), wait)
-	}
-	// Another vacant object: taken, held and deleted unseen, then made
-	// again.
-	clk.Step(500 * time.Millisecond)
-	again := clk.Now()
-	l.observeRead(vacantObj("uid-2", "17"), again)
-	if end, held := l.otherHoldEnd(again); !held || !end.Equal(again.Add(wait)) {
-		t.Errorf("a new vacant object: held %v until %s, want a wait of %s from its sighting (%s)",
-			held, end.Sub(t0), wait, again.Add(wait).Sub(t0))
-	}
-	// In an unbroken view (a watch from the version read), the object's
-	// deletion and the next one made do not restart it: the view saw that
-	// nothing came between.
-	l.observe(nil, "18", again)
-	l.observe(vacantObj("uid-3", "19"), "19", again)
-	if end, _ := l.otherHoldEnd(again); !end.Equal(again.Add(wait)) {
-		t.Errorf("in an unbroken view the wait moved to %s, want %s", end.Sub(again), wait)
-	}
-}
-
 // A standby takes the Lease only on a read of the AddonInstance made after
 // the record it judges: the period it then announces, and the bound it
 // judged the other's hold by, are the spec's. When that read fails it does
@@ -523,9 +370,9 @@ func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
 	// Well past the hold (1.75 periods), five failed reads later, the
 	// standby has not taken the Lease.
 	clk.fireNextUntil(t, t0.Add(10*period), "five failed reads", func() bool {
-		return standby.metric(t, electionAttempts, "result", electionError) >= 5
+		return standby.metric(t, electionAttempts, "result", string(election.Failed)) >= 5
 	})
-	if !clk.Now().After(t0.Add(Timings(period).LeaseDuration)) {
+	if !clk.Now().After(t0.Add(election.Timings(period).LeaseDuration)) {
 		t.Fatalf("five reads failed by %s, before the hold ended: the test moved too little", clk.Now().Sub(t0))
 	}
 	if standby.IsLeader() || standby.metric(t, sentTotal) != 0 {
@@ -539,7 +386,7 @@ func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
 	clk.fireNextUntil(t, t0.Add(20*period), "the standby's first heartbeat", func() bool {
 		return standby.metric(t, sentTotal) >= 1
 	})
-	if got := leaseOf(t, ns, "addon-instance").Annotations[PeriodAnnotation]; got != period.String() {
+	if got := leaseOf(t, ns, "addon-instance").Annotations[election.PeriodAnnotation]; got != period.String() {
 		t.Errorf("the take announces period %q, want the spec's %s", got, period)
 	}
 }
@@ -551,7 +398,7 @@ func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
 // back at once, and kept a working standby out for as long as it failed.
 func TestALeaderThatCannotWriteGivesTheLeaseToOneThatCan(t *testing.T) {
 	const period = time.Second
-	tm := Timings(period)
+	tm := election.Timings(period)
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", period)
 	rec := record(t, ns, "addon-instance")
@@ -570,9 +417,9 @@ func TestALeaderThatCannotWriteGivesTheLeaseToOneThatCan(t *testing.T) {
 	clk.fireNextUntil(t, t0.Add(tm.RenewDeadline), "the failing leader's term ending", func() bool {
 		return !cannot.IsLeader() && cannot.metric(t, failTotal) >= 1
 	})
-	// It waits out its own record, and a retry period more, without taking
-	// it back at once.
-	clk.awaitArmed(t, t0.Add(tm.LeaseDuration+tm.RetryPeriod+time.Millisecond), "the failing replica's wait")
+	// It waits out its own record, and a tenth of a period more, without
+	// taking it back at once.
+	clk.awaitArmed(t, t0.Add(tm.LeaseDuration+period/10+time.Millisecond), "the failing replica's wait")
 	// When its record expires, the working replica takes the Lease.
 	clk.fireUntil(t, takeover, "the working replica's first heartbeat", func() bool {
 		return working.metric(t, sentTotal) >= 1

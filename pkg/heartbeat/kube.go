@@ -3,23 +3,21 @@ package heartbeat
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // kube is the Reporter's whole access to the API server: one REST client per
@@ -89,27 +87,6 @@ func (k *kube) updateInstanceStatus(ctx context.Context, ai *addonsv1alpha1.Addo
 		Param("fieldManager", FieldManager).Body(ai).Do(ctx).Into(ai)
 }
 
-// getLease, createLease and updateLease are the election's three requests.
-func (k *kube) getLease(ctx context.Context, key types.NamespacedName) (*coordinationv1.Lease, error) {
-	l := &coordinationv1.Lease{}
-	err := k.leases.Get().Namespace(key.Namespace).Resource("leases").Name(key.Name).Do(ctx).Into(l)
-	return l, err
-}
-
-func (k *kube) createLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	err := k.leases.Post().Namespace(l.Namespace).Resource("leases").
-		Param("fieldManager", FieldManager).Body(l).Do(ctx).Into(out)
-	return out, err
-}
-
-func (k *kube) updateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	err := k.leases.Put().Namespace(l.Namespace).Resource("leases").Name(l.Name).
-		Param("fieldManager", FieldManager).Body(l).Do(ctx).Into(out)
-	return out, err
-}
-
 // version asks the API server for its version (GET /version, which every
 // client may read): the cheapest request there is, for the Date of its
 // answer (see serverClock.probeAt).
@@ -126,26 +103,6 @@ func (k *kube) instanceInformer(key types.NamespacedName) toolscache.SharedIndex
 		toolscache.SharedIndexInformerOptions{ObjectDescription: "AddonInstance " + key.String()})
 }
 
-// watchLease watches the one election Lease from resourceVersion (a field
-// selector on its name, so that RBAC can restrict the watch with
-// resourceNames). The API server ends it after 5 to 10 minutes, as it does
-// an informer's, so that load spreads over its replicas.
-func (k *kube) watchLease(ctx context.Context, key types.NamespacedName, resourceVersion string) (watch.Interface, error) {
-	timeout := int64((leaseWatchTimeout + rand.N(leaseWatchTimeout)) / time.Second)
-	return k.leases.Get().Namespace(key.Namespace).Resource("leases").
-		VersionedParams(&metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", key.Name).String(),
-			ResourceVersion: resourceVersion,
-			TimeoutSeconds:  &timeout,
-			Watch:           true,
-		}, metav1.ParameterCodec).
-		Watch(ctx)
-}
-
-// leaseWatchTimeout is the shortest time a standby's watch on the Lease
-// stays open (client-go's reflectors use the same).
-const leaseWatchTimeout = 5 * time.Minute
-
 // deploymentInformer watches the Deployments of namespace, trimmed to what
 // health reads before they are stored.
 func (k *kube) deploymentInformer(namespace string) (toolscache.SharedIndexInformer, error) {
@@ -160,11 +117,5 @@ func (k *kube) deploymentInformer(namespace string) (toolscache.SharedIndexInfor
 
 // leaseKey is the election Lease of the AddonInstance named instance.
 func leaseKey(namespace, instance string) types.NamespacedName {
-	return types.NamespacedName{Namespace: namespace, Name: LeaseName(instance)}
-}
-
-// leaseMeta is the metadata of a Lease the Reporter creates.
-func leaseMeta(key types.NamespacedName) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "addon-heartbeat"}}
+	return types.NamespacedName{Namespace: namespace, Name: election.LeaseName(instance)}
 }

@@ -1,7 +1,6 @@
 package heartbeat
 
 import (
-	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,10 +10,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // requestCounter counts one reporter's requests to the API server by verb
@@ -91,7 +90,7 @@ func diff(before, after map[string]int) map[string]int {
 // standby (a watch event), which makes no request at all.
 func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testing.T) {
 	const period = time.Second
-	tm := Timings(period)
+	tm := election.Timings(period)
 	ns := newNamespace(t)
 	createInstance(t, ns, "addon-instance", period)
 	rec := record(t, ns, "addon-instance")
@@ -109,7 +108,7 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 
 	lb, sb := leaderReqs.snapshot(), standbyReqs.snapshot()
 	sentBefore, retriedBefore := leader.metric(t, sentTotal), leader.metric(t, conflicts)
-	looksBefore := standby.metric(t, electionAttempts, "result", electionHeld)
+	looksBefore := standby.metric(t, electionAttempts, "result", string(election.HeldByOther))
 	const beats = 8
 	for k := 2; k < 2+beats; k++ {
 		clk.beatAt(t, rec, tick(k))
@@ -121,7 +120,7 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 	la, sa := leaderReqs.snapshot(), standbyReqs.snapshot()
 	ld, sd := diff(lb, la), diff(sb, sa)
 	retried := leader.metric(t, conflicts) - retriedBefore
-	looks := standby.metric(t, electionAttempts, "result", electionHeld) - looksBefore
+	looks := standby.metric(t, electionAttempts, "result", string(election.HeldByOther)) - looksBefore
 	t.Logf("over %d heartbeats: leader %v; standby %v", beats, ld, sd)
 
 	// The leader: per heartbeat one status write and one Lease renewal,
@@ -149,8 +148,8 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 	}
 
 	lease := leaseOf(t, ns, "addon-instance")
-	if got := lease.Annotations[PeriodAnnotation]; got != period.String() {
-		t.Errorf("Lease annotation %s = %q, want %q", PeriodAnnotation, got, period)
+	if got := lease.Annotations[election.PeriodAnnotation]; got != period.String() {
+		t.Errorf("Lease annotation %s = %q, want %q", election.PeriodAnnotation, got, period)
 	}
 	// 1.75s, rounded up to whole seconds for readers of the field.
 	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || tm.LeaseDuration != 1750*time.Millisecond {
@@ -177,7 +176,7 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 
 	// Another holder (a replica that judged the Lease expired, say) writes
 	// itself in with a long hold.
-	key := types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}
+	key := types.NamespacedName{Namespace: ns, Name: election.LeaseName("addon-instance")}
 	lease := leaseOf(t, ns, "addon-instance")
 	lease.Spec.HolderIdentity = ptr.To("intruder")
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
@@ -194,7 +193,7 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	// It now watches the Lease as a standby: its first look is a read,
 	// each renewal by the intruder one more, and none makes it take the
 	// Lease back while the intruder's hold runs.
-	rn.awaitMetric(t, electionAttempts, 1, "result", electionHeld)
+	rn.awaitMetric(t, electionAttempts, 1, "result", string(election.HeldByOther))
 	looks := 1.0
 	for i := range 3 {
 		if err := k8s.Get(t.Context(), key, lease); err != nil {
@@ -204,7 +203,7 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 		if err := k8s.Update(t.Context(), lease); err != nil {
 			t.Fatal(err)
 		}
-		rn.awaitMetric(t, electionAttempts, looks+float64(i)+1, "result", electionHeld)
+		rn.awaitMetric(t, electionAttempts, looks+float64(i)+1, "result", string(election.HeldByOther))
 	}
 	if got := rn.metric(t, sentTotal); got != 3 {
 		t.Errorf("%v heartbeats written after the renewal that found the Lease taken", got-3)
@@ -238,130 +237,6 @@ func TestRequestKind(t *testing.T) {
 	}
 }
 
-// A standby whose view is stale (its watch lags) meets a newer version when
-// it tries to take the Lease. It waits for its watch to bring what it
-// missed, in order, rather than read at once (a read would be a view with a
-// gap, see leaseLock.vacantSince), and reads once only when nothing comes
-// within a retry period; then it waits out the whole term it read.
-func TestAStandbyWhoseViewIsStaleWaitsForItsWatchThenReadsOnce(t *testing.T) {
-	const period = time.Second
-	ns := newNamespace(t)
-	var reqs requestCounter
-	cfg := reqs.counted(adminCfg)
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := newKube(cfg, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := leaseKey(ns, "addon-instance")
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	other := &leaseLock{kube: k, key: key, identity: "other", clock: clk}
-	me := &leaseLock{kube: k, key: key, identity: "me", clock: clk}
-	// A missing Lease is made vacant, and taken once seen.
-	if held, err := other.acquire(t.Context(), period); held || err != nil || other.awaiting == "" {
-		t.Fatalf("first acquire: held=%v err=%v awaiting %q, want the Lease made vacant, not taken", held, err, other.awaiting)
-	}
-	if err := other.refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if held, err := other.acquire(t.Context(), period); !held || err != nil {
-		t.Fatalf("acquire of the vacant Lease it made: held=%v err=%v", held, err)
-	}
-	// The standby saw that version; the renewal after it never reached it
-	// (a lagging watch), and by its clock the hold it saw has run out.
-	start := clk.Now()
-	me.observe(other.lease.DeepCopy(), other.lease.ResourceVersion, start)
-	clk.SetTime(start.Add(period))
-	if err := other.renew(t.Context(), period); err != nil {
-		t.Fatal(err)
-	}
-	clk.SetTime(start.Add(Timings(period).LeaseDuration))
-
-	before := reqs.snapshot()
-	held, err := me.acquire(t.Context(), period)
-	if held || err != nil {
-		t.Fatalf("acquire on a stale view: held=%v err=%v, want a clean refusal", held, err)
-	}
-	if got, want := diff(before, reqs.snapshot()), map[string]int{"update leases": 1}; !maps.Equal(got, want) {
-		t.Errorf("requests %v, want %v: one write that conflicts, and no read yet", got, want)
-	}
-	// Within a retry period it tries nothing: it waits for its watch.
-	clk.SetTime(clk.Now().Add(Timings(period).RetryPeriod * 8 / 10))
-	before = reqs.snapshot()
-	if held, err := me.acquire(t.Context(), period); held || err != nil {
-		t.Fatalf("acquire while behind: held=%v err=%v", held, err)
-	}
-	if got := diff(before, reqs.snapshot()); len(got) != 0 {
-		t.Errorf("requests %v while waiting for the watch, want none", got)
-	}
-	// Nothing came: it reads once, and finds the hold renewed.
-	clk.SetTime(clk.Now().Add(Timings(period).RetryPeriod))
-	before = reqs.snapshot()
-	if held, err := me.acquire(t.Context(), period); held || err != nil {
-		t.Fatalf("acquire after the read: held=%v err=%v", held, err)
-	}
-	if got, want := diff(before, reqs.snapshot()), map[string]int{"get leases": 1}; !maps.Equal(got, want) {
-		t.Errorf("requests %v, want %v: one read, and no write on the hold it shows", got, want)
-	}
-	if me.lease.ResourceVersion != other.lease.ResourceVersion || !me.heldByOther(clk.Now()) {
-		t.Errorf("after the read the standby sees version %s (held by another: %v), want %s held",
-			me.lease.ResourceVersion, me.heldByOther(clk.Now()), other.lease.ResourceVersion)
-	}
-	// It waits out the whole term from the moment of that read.
-	if got, want := me.wait(period), Timings(period).LeaseDuration+time.Millisecond; got != want {
-		t.Errorf("wait %s after the read, want %s", got, want)
-	}
-}
-
-func TestAwaitLease(t *testing.T) {
-	now := time.Now()
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l", ResourceVersion: "7"},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("other")}}
-	never := make(chan time.Time)
-	tests := map[string]struct {
-		send           func(w *watch.FakeWatcher)
-		open, ok       bool
-		wantRV, wantNo bool // the lock then has lease (wantRV) or none (wantNo)
-	}{
-		"a change is recorded":         {send: func(w *watch.FakeWatcher) { w.Modify(lease) }, open: true, ok: true, wantRV: true},
-		"a deletion is recorded":       {send: func(w *watch.FakeWatcher) { w.Delete(lease) }, open: true, ok: true, wantNo: true},
-		"closed by the server: resume": {send: func(w *watch.FakeWatcher) { w.Stop() }, open: false, ok: true},
-		"an error event: read again": {send: func(w *watch.FakeWatcher) {
-			w.Error(&metav1.Status{Code: http.StatusGone, Reason: metav1.StatusReasonExpired})
-		}, open: false, ok: false},
-	}
-	for name, tt := range tests {
-		t.Run(name, func(t *testing.T) {
-			w := watch.NewFakeWithChanSize(1, false)
-			tt.send(w)
-			lock := &leaseLock{identity: "me", clock: clocktesting.NewFakePassiveClock(now),
-				lease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "6"}}}
-			open, ok := awaitLease(t.Context(), w, lock, never)
-			if open != tt.open || ok != tt.ok {
-				t.Errorf("awaitLease = (open %v, ok %v), want (%v, %v)", open, ok, tt.open, tt.ok)
-			}
-			switch {
-			case tt.wantRV && (lock.lease == nil || lock.lease.ResourceVersion != "7"):
-				t.Errorf("the lock has %v, want version 7", lock.lease)
-			case tt.wantNo && lock.lease != nil:
-				t.Errorf("the lock has %v, want no Lease", lock.lease)
-			case !tt.wantRV && !tt.wantNo && lock.lease.ResourceVersion != "6":
-				t.Errorf("the lock changed to %v", lock.lease)
-			}
-		})
-	}
-	t.Run("no watch: waits for the retry", func(t *testing.T) {
-		timeout := make(chan time.Time, 1)
-		timeout <- now
-		if open, ok := awaitLease(t.Context(), nil, &leaseLock{}, timeout); open || ok {
-			t.Errorf("awaitLease without a watch = (%v, %v), want (false, false): open one from a read", open, ok)
-		}
-	})
-}
-
 // Anyone who may update the Lease can write a holder and a huge period into
 // it. A standby honours no hold longer than the lease duration for its
 // AddonInstance's own period: a forged holder that never renews delays the
@@ -371,7 +246,7 @@ func TestAForgedLeaseDelaysTakeoverByNoMoreThanTheInstancesOwnBound(t *testing.T
 	const period = 2 * time.Second
 	claims := map[string]func(*coordinationv1.Lease){
 		"a period of 1000h": func(l *coordinationv1.Lease) {
-			l.Annotations = map[string]string{PeriodAnnotation: "1000h"}
+			l.Annotations = map[string]string{election.PeriodAnnotation: "1000h"}
 			l.Spec.LeaseDurationSeconds = ptr.To[int32](3_600_000)
 		},
 		"a lease duration of 1000h and no period": func(l *coordinationv1.Lease) {
@@ -385,7 +260,7 @@ func TestAForgedLeaseDelaysTakeoverByNoMoreThanTheInstancesOwnBound(t *testing.T
 			rec := record(t, ns, "addon-instance")
 			clk := newDrivenClock(t)
 			t0 := clk.Now()
-			forged := &coordinationv1.Lease{ObjectMeta: leaseMeta(leaseKey(ns, "addon-instance")), Spec: coordinationv1.LeaseSpec{
+			forged := &coordinationv1.Lease{ObjectMeta: leaseObjectMeta(leaseKey(ns, "addon-instance")), Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: ptr.To("forger"), RenewTime: &metav1.MicroTime{Time: t0}, AcquireTime: &metav1.MicroTime{Time: t0},
 			}}
 			claim(forged)
@@ -395,7 +270,7 @@ func TestAForgedLeaseDelaysTakeoverByNoMoreThanTheInstancesOwnBound(t *testing.T
 			rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
 			// It saw the forged hold at t0 and waits out 1.5 periods
 			// from then, no more.
-			takeover := t0.Add(Timings(period).LeaseDuration + time.Millisecond)
+			takeover := t0.Add(election.Timings(period).LeaseDuration + time.Millisecond)
 			clk.fire(t, takeover, "the standby's look at the end of the bounded hold")
 			clk.beatAt(t, rec, takeover)
 			rn.awaitMetric(t, sentTotal, 1)

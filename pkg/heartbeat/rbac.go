@@ -3,6 +3,8 @@ package heartbeat
 import (
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // PolicyRules are the only permissions a Reporter uses, in the AddonInstance's
@@ -27,7 +29,7 @@ func PolicyRules(instance string) []rbacv1.PolicyRule {
 			Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{group}, Resources: []string{"addoninstances/status"}, ResourceNames: []string{instance},
 			Verbs: []string{"update"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName(instance)},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{election.LeaseName(instance)},
 			Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
 	}

@@ -85,14 +85,15 @@ type Options struct {
 // (SetHealth, SetCondition, ...) are safe for concurrent use and take effect
 // with the next heartbeat, within one period.
 type Reporter struct {
-	opts    Options
-	key     types.NamespacedName
-	kube    *kube
-	lock    *leaseLock
-	metrics *metrics
-	log     logr.Logger
-	limiter *errorLimiter
-	clock   clock.WithTicker
+	opts Options
+	key  types.NamespacedName
+	kube *kube
+	// leaseKey is the election Lease (see election.LeaseName).
+	leaseKey types.NamespacedName
+	metrics  *metrics
+	log      logr.Logger
+	limiter  *errorLimiter
+	clock    clock.WithTicker
 	// serverClock is the API server's clock as its responses tell it: the
 	// time heartbeats are written in (see serverClock).
 	serverClock *serverClock
@@ -198,11 +199,10 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 	}
 	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.Name}
 	r := &Reporter{
-		opts: opts,
-		key:  key,
-		kube: k,
-		lock: &leaseLock{kube: k, key: leaseKey(opts.LeaseNamespace, opts.Name), identity: opts.Identity,
-			process: string(uuid.NewUUID()), instance: opts.Name, clock: clk},
+		opts:            opts,
+		key:             key,
+		kube:            k,
+		leaseKey:        leaseKey(opts.LeaseNamespace, opts.Name),
 		metrics:         m,
 		log:             opts.Logger.WithValues("addonInstance", key.String()),
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),

@@ -27,6 +27,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 const (
@@ -72,7 +74,7 @@ func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T)
 	clk.setTime(at(7))
 	setPeriod(t, ns, "addon-instance", 3*time.Second)
 	beats(7, 10, 13)
-	if p := leaseOf(t, ns, "addon-instance").Annotations[PeriodAnnotation]; p != "3s" {
+	if p := leaseOf(t, ns, "addon-instance").Annotations[election.PeriodAnnotation]; p != "3s" {
 		t.Errorf("Lease announces period %q after the change, want 3s", p)
 	}
 
@@ -91,7 +93,7 @@ func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T)
 		t.Errorf("heartbeats at %v s, want exactly %v", got, want)
 	}
 	// One term throughout: no period change cost the Lease.
-	if n := rn.metric(t, electionAttempts, "result", electionAcquired); n != 1 {
+	if n := rn.metric(t, electionAttempts, "result", string(election.Acquired)); n != 1 {
 		t.Errorf("the Lease was acquired %v times, want once:\n%s", n, rn.logs)
 	}
 	if f := rn.metric(t, failTotal); f != 0 {
@@ -114,7 +116,7 @@ func setPeriod(t *testing.T, ns, name string, period time.Duration) {
 func leaseOf(t *testing.T, ns, instance string) *coordinationv1.Lease {
 	t.Helper()
 	lease := &coordinationv1.Lease{}
-	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: LeaseName(instance)}, lease); err != nil {
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: election.LeaseName(instance)}, lease); err != nil {
 		t.Fatal(err)
 	}
 	return lease
@@ -309,7 +311,7 @@ func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			const period = 2 * time.Second
-			tm := Timings(period)
+			tm := election.Timings(period)
 			ns := newNamespace(t)
 			createInstance(t, ns, "addon-instance", period)
 			rec := record(t, ns, "addon-instance")
@@ -606,7 +608,11 @@ func TestWaitsForTheInstanceAndResumesWhenItIsRecreated(t *testing.T) {
 		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "addon-instance"}, &addonsv1alpha1.AddonInstance{})
 		return apierrors.IsNotFound(err), nil
 	})
-	recreated := t0.Add(2500 * time.Millisecond)
+	// Recreated inside the hold the last renewal gave (to 2.5s): the beat
+	// due meanwhile (the tick at 2s, or one at once for the period the loop
+	// falls back to without an AddonInstance) finds nothing to write to,
+	// renews the Lease, and the next beats go to the new one.
+	recreated := t0.Add(2200 * time.Millisecond)
 	clk.setTime(recreated)
 	createInstance(t, ns, "addon-instance", time.Second)
 	for _, at := range []time.Time{recreated, recreated.Add(time.Second)} {
@@ -659,7 +665,7 @@ func TestForbiddenIsLoggedClearlyRateLimitedAndRecovers(t *testing.T) {
 		return rn.logs.count("may not create it") >= 1, nil
 	})
 	// As the webhook does when it binds the role.
-	if err := k8s.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: leaseMeta(leaseKey(ns, "addon-instance"))}); err != nil {
+	if err := k8s.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: leaseObjectMeta(leaseKey(ns, "addon-instance"))}); err != nil {
 		t.Fatal(err)
 	}
 	granted := time.Now()
@@ -723,7 +729,7 @@ func TestWithoutItsOwnElectionItCreatesNoLease(t *testing.T) {
 	if !rn.IsLeader() || rn.metric(t, isLeader) != 1 {
 		t.Errorf("a Reporter gated by its manager's election reports itself as not leading")
 	}
-	err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: LeaseName("addon-instance")}, &coordinationv1.Lease{})
+	err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: election.LeaseName("addon-instance")}, &coordinationv1.Lease{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("Lease lookup: %v, want NotFound", err)
 	}

@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // The election simulation: TestSim runs the real Reporter (New and Start,
@@ -75,7 +77,7 @@ import (
 //     applied them) by different processes A then B, B's write is applied no
 //     earlier than the end of A's hold: the server time at which A's last
 //     Lease write applied before B's write was applied, plus the renew
-//     deadline for the period that write announced (Timings(p).RenewDeadline,
+//     deadline for the period that write announced (election.Timings(p).RenewDeadline,
 //     1.5p). That is the longest A may lead on that renewal: A sets its hold
 //     to end at the renewal's send time plus the renew deadline by its own
 //     clock (leaseLock.took), and the send time is before the server applied
@@ -96,7 +98,7 @@ import (
 //  2. Liveness (checkLiveness): the server-time gap between consecutive
 //     heartbeat writes (any status write by a Reporter; from the start of the
 //     schedule to the first; from the last to the end) is at most 2 periods,
-//     the bound doc.go and Timings promise a killed leader's successor (one
+//     the bound doc.go and election.Timings promise a killed leader's successor (one
 //     lease duration, 1.75 periods, from the last renewal, which follows the
 //     last heartbeat, plus the watch's delay and the successor's start; in
 //     steady state a gap is one period). The period is the largest the
@@ -172,6 +174,10 @@ var simRegressions = []uint64{
 	575,  // a vacancy known from the watch thrown away by a read after a conflicting make
 	669,  // a late delivery after the writer's hold (what fencing refuses)
 	1555, // a vacancy known from the watch thrown away by a read after a take met a deletion
+	2875, // an old leader inside its own longer hold, taken on the bound of a shortened period (a note)
+	7255, // a renewal on a shorter period applied though its answer was lost: the hold it gave was kept
+	7809, // as 7255
+	8447, // a lone leader whose renewal answered late waited a retry period past its own record
 }
 
 // simKnownBugs are the bugs the simulation found and reported, by the name a
@@ -329,7 +335,6 @@ func (c simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 // drivenClock.drive for the same fields).
 func simSkew(r *Reporter, c simClock) {
 	r.clock = c
-	r.lock.clock = c
 	r.limiter.clock = c
 	r.serverClock.local = c
 }
@@ -746,8 +751,8 @@ func (s *simRun) run() {
 		now := metav1.MicroTime{Time: time.Now()}
 		s.srv.putLease(&coordinationv1.Lease{
 			TypeMeta:   metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: simNS, Name: LeaseName(simName), UID: "lease-stale", Annotations: map[string]string{PeriodAnnotation: sc.period.String()}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("gone-pod"), LeaseDurationSeconds: ptr.To(leaseSeconds(Timings(sc.period).LeaseDuration)),
+			ObjectMeta: metav1.ObjectMeta{Namespace: simNS, Name: election.LeaseName(simName), UID: "lease-stale", Annotations: map[string]string{election.PeriodAnnotation: sc.period.String()}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("gone-pod"), LeaseDurationSeconds: ptr.To(leaseDurationSeconds(election.Timings(sc.period).LeaseDuration)),
 				AcquireTime: &now, RenewTime: &now},
 		}, nil, "create")
 		s.srv.mu.Unlock()
@@ -916,7 +921,7 @@ func (s *simRun) holdEnd(p *simProc, t time.Time) (end time.Time, w simLeaseWrit
 	if w.holder != p.identity {
 		return w.at, w, true // released
 	}
-	return w.at.Add(Timings(cmpOr(w.period, DefaultPeriod)).RenewDeadline), w, true
+	return w.at.Add(election.Timings(cmpOr(w.period, DefaultPeriod)).RenewDeadline), w, true
 }
 
 // fencedAt reports whether the chart's fencing policy refuses a heartbeat
@@ -991,12 +996,31 @@ func (s *simRun) checkSafety() {
 					// forged Lease): after the spec's period was shortened,
 					// a hold announced on the longer one ends earlier.
 					// The same bound holds a deleted Lease's holder to it (fence).
-					if read < w.period && !take.at.Before(w.at.Add(Timings(read).LeaseDuration)) {
+					if read < w.period && !take.at.Before(w.at.Add(election.Timings(read).LeaseDuration)) {
 						invariant = "note: hold bounded by the shortened period"
 					}
 				}
+				// B wrote inside its own hold, taken (by A, or one before A)
+				// on the bound of a shortened period: B had announced a
+				// longer one and had not yet followed the change (its watch
+				// lagged, its requests failed), so its hold outlived the
+				// bound every standby holds it to. By design, as above.
+				if bEnd, bw, ok := s.holdEnd(hb.proc, hb.at); ok && invariant == "safety" && bw.holder == hb.proc.identity && !hb.at.After(bEnd) {
+					for j := range s.srv.leases {
+						lw := &s.srv.leases[j]
+						if lw.proc == nil || lw.proc == hb.proc || lw.holder == "" || !lw.at.After(bw.at) || lw.at.After(hb.at) {
+							continue
+						}
+						if read := s.periodUnder(bw.at, lw.at); read < bw.period && !lw.at.Before(bw.at.Add(election.Timings(read).LeaseDuration)) {
+							what += fmt.Sprintf("; %s wrote inside its own hold (Lease written at %s, period %s), which %s took at %s on the bound of the shortened period %s",
+								hb.proc, s.rel(bw.at), bw.period, lw.proc, s.rel(lw.at), read)
+							invariant = "note: hold bounded by the shortened period"
+						}
+						break
+					}
+				}
 				// Sent inside its writer's hold, applied after it: a request
-				// slowed past the margin the timings leave (see Timings), or
+				// slowed past the margin the timings leave (see election.Timings), or
 				// applied after its client gave up. No client can hold a
 				// request back once sent; the chart's fencing policy refuses
 				// it on the API server, and does here if the Lease then
@@ -1012,7 +1036,7 @@ func (s *simRun) checkSafety() {
 				case invariant == "safety (Lease deleted)":
 					known = "deleted-lease"
 				case invariant == "safety" && take != nil && take.period > 0 &&
-					take.period < s.periodOver(take.at, take.at) && !take.at.Before(w.at.Add(Timings(take.period).LeaseDuration)):
+					take.period < s.periodOver(take.at, take.at) && !take.at.Before(w.at.Add(election.Timings(take.period).LeaseDuration)):
 					known = "stale-bound"
 				}
 				known = simKnown(known)
@@ -1575,10 +1599,16 @@ func TestSimKilledLeaderIsReplacedWithinTwoPeriods(t *testing.T) {
 				t.Fatalf("no takeover around the kill at %s: %v then %v", kill, before, after)
 			}
 			gap := after.at.Sub(before.at)
-			if lo, hi := Timings(period).LeaseDuration, 2*period; gap < lo || gap > hi {
+			if lo, hi := election.Timings(period).LeaseDuration, 2*period; gap < lo || gap > hi {
 				t.Errorf("gap %s across the kill, want within [%s, %s]", gap, lo, hi)
 			}
 			t.Logf("gap %s (%.2f periods)", gap, float64(gap)/float64(period))
 		})
 	}
+}
+
+// leaseDurationSeconds is spec.leaseDurationSeconds for a lease duration:
+// whole seconds, rounded up, as the election writes it.
+func leaseDurationSeconds(d time.Duration) int32 {
+	return int32((d + time.Second - 1) / time.Second)
 }

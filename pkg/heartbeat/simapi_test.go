@@ -31,6 +31,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // simServer is the simulation's API server: an http.RoundTripper per process
@@ -155,7 +157,7 @@ type simLeaseWrite struct {
 	op      string   // create, update, delete
 	holder  string
 	process string
-	period  time.Duration // announced (PeriodAnnotation), 0 when none
+	period  time.Duration // announced (election.PeriodAnnotation), 0 when none
 	rv      int64
 }
 
@@ -187,7 +189,7 @@ func newSimServer(ns, name string, period time.Duration) *simServer {
 	utilruntime.Must(coordinationv1.AddToScheme(scheme))
 	codecs := serializer.NewCodecFactory(scheme)
 	s := &simServer{
-		ns: ns, name: name, leaseName: LeaseName(name),
+		ns: ns, name: name, leaseName: election.LeaseName(name),
 		start: time.Now(), codecs: codecs, decoder: codecs.UniversalDeserializer(),
 		streams: map[*simStream]struct{}{}, partitions: map[*simProc]simPartition{},
 		blackholed: map[*simProc]time.Time{}, stormTails: map[time.Time]time.Time{},
@@ -247,8 +249,8 @@ func (s *simServer) putLease(l *coordinationv1.Lease, proc *simProc, op string) 
 		l.TypeMeta = metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"}
 		l.ResourceVersion = strconv.FormatInt(rv, 10)
 		w.holder = ptr.Deref(l.Spec.HolderIdentity, "")
-		w.process = l.Annotations[ProcessAnnotation]
-		w.period, _ = time.ParseDuration(l.Annotations[PeriodAnnotation])
+		w.process = l.Annotations[election.ProcessAnnotation]
+		w.period, _ = time.ParseDuration(l.Annotations[election.PeriodAnnotation])
 		s.emit(&s.leaseHist, "leases", l.Name, map[string]watch.EventType{"create": watch.Added}[op], l)
 	} else {
 		old := s.lease.DeepCopy()
@@ -386,7 +388,7 @@ func (s *simServer) apply(r *simRequest) simResponse {
 	}
 	if (r.kind == "lease-put" || r.kind == "lease-post") && resp.code < 300 && s.lease != nil {
 		what += fmt.Sprintf(" (holder %q, period %s, rv %s)", ptr.Deref(s.lease.Spec.HolderIdentity, ""),
-			s.lease.Annotations[PeriodAnnotation], s.lease.ResourceVersion)
+			s.lease.Annotations[election.PeriodAnnotation], s.lease.ResourceVersion)
 	}
 	if r.kind == "ai-put" && resp.code < 300 {
 		what += fmt.Sprintf(" (lastHeartbeatTime %s, rv %s)", s.ai.Status.LastHeartbeatTime.UTC().Format(time.TimeOnly), s.ai.ResourceVersion)

@@ -24,7 +24,6 @@ func (c skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func skew(c clock.WithTicker) func(*Reporter) {
 	return func(r *Reporter) {
 		r.clock = c
-		r.lock.clock = c
 		r.limiter.clock = c
 		r.serverClock.local = c
 	}

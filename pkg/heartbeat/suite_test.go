@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/heartbeattest"
 )
 
@@ -353,4 +354,11 @@ func getInstance(t *testing.T, ns, name string) *addonsv1alpha1.AddonInstance {
 		t.Fatal(err)
 	}
 	return ai
+}
+
+// leaseObjectMeta is the metadata of the election Lease named key, as
+// whoever makes it gives it.
+func leaseObjectMeta(key types.NamespacedName) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{election.ManagedByLabel: election.ManagedByValue}}
 }

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // BenchmarkFailover kills the leading reporter of a three-replica addon
@@ -134,7 +134,7 @@ func leaderOf(b *testing.B, e *env, ns string, reps []*localcluster.Reporter) *l
 	var found *localcluster.Reporter
 	pollUntil(b, 50*time.Millisecond, 30*time.Second, "a running leader in "+ns, func() bool {
 		var l coordinationv1.Lease
-		if err := e.cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName("addon-instance")}, &l); err != nil {
+		if err := e.cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: election.LeaseName("addon-instance")}, &l); err != nil {
 			return false
 		}
 		if l.Spec.HolderIdentity == nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // The fencing policy as the chart renders it for a 1.30+ API server, on the
@@ -70,9 +71,9 @@ func TestFencingPolicy(t *testing.T) {
 	operator := userClient(t, "addon-operator")
 
 	// The Lease as pkg/heartbeat makes and renews it, held by pod-a.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: heartbeat.LeaseName(instance),
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: election.LeaseName(instance),
 		Labels:      map[string]string{"app.kubernetes.io/managed-by": "addon-heartbeat"},
-		Annotations: map[string]string{heartbeat.InstanceAnnotation: instance}},
+		Annotations: map[string]string{election.InstanceAnnotation: instance}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-a"), LeaseDurationSeconds: ptr.To[int32](15)}}
 	mustCreate(t, lease)
 
@@ -145,7 +146,7 @@ func TestFencingPolicy(t *testing.T) {
 	}
 
 	// The Lease names another instance: nobody is fenced for this one.
-	lease.Annotations[heartbeat.InstanceAnnotation] = "other"
+	lease.Annotations[election.InstanceAnnotation] = "other"
 	if err := k8s.Update(ctx, lease); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 var (
@@ -63,7 +63,7 @@ func TestTwoAddons(t *testing.T) {
 		from, count := time.Now(), a.rec.Count()
 		a.rec.waitWrites(t, 4, 20*a.period)
 		to := time.Now()
-		if p := leaseOf(t, a.ns, "addon-instance").Annotations[heartbeat.PeriodAnnotation]; p != a.period.String() {
+		if p := leaseOf(t, a.ns, "addon-instance").Annotations[election.PeriodAnnotation]; p != a.period.String() {
 			t.Errorf("%s: the leader follows period %q, want %s", a.ns, p, a.period)
 		}
 		if n, most := a.rec.Count()-count, int(to.Sub(from)/a.period)+1; n > most {
@@ -125,7 +125,7 @@ func leaderOf(t *testing.T, ns, instance string) string {
 	var holder string
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		var l coordinationv1.Lease
-		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName(instance)}, &l); err != nil {
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: election.LeaseName(instance)}, &l); err != nil {
 			return false, nil
 		}
 		if l.Spec.HolderIdentity != nil {
@@ -154,7 +154,7 @@ func reporterFor(t *testing.T, reps []*localcluster.Reporter, identity string) *
 func leaseOf(t *testing.T, ns, instance string) *coordinationv1.Lease {
 	t.Helper()
 	var l coordinationv1.Lease
-	if err := cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: heartbeat.LeaseName(instance)}, &l); err != nil {
+	if err := cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: election.LeaseName(instance)}, &l); err != nil {
 		t.Fatal(err)
 	}
 	return &l

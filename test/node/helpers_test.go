@@ -27,7 +27,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -271,7 +271,7 @@ func (h *heartbeats) waitCondition(t *testing.T, typ string, status metav1.Condi
 func leaderPod(t *testing.T) corev1.Pod {
 	t.Helper()
 	var lease coordinationv1.Lease
-	if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
+	if err := cluster.Client.Get(suiteCtx, key(addonNamespace, election.LeaseName(instance)), &lease); err != nil {
 		t.Fatal(err)
 	}
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")

@@ -38,7 +38,7 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/images"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -336,7 +336,7 @@ func TestRealNode(t *testing.T) {
 			}
 		}
 		var lease coordinationv1.Lease
-		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, heartbeat.LeaseName(instance)), &lease); err != nil {
+		if err := cluster.Client.Get(suiteCtx, key(addonNamespace, election.LeaseName(instance)), &lease); err != nil {
 			t.Fatal(err)
 		}
 		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
@@ -402,7 +402,7 @@ func TestRealNode(t *testing.T) {
 		}
 		waitFor(t, "a new Lease holder", 3*period, func(ctx context.Context) (bool, string) {
 			var l coordinationv1.Lease
-			if err := cluster.Client.Get(ctx, key(addonNamespace, heartbeat.LeaseName(instance)), &l); err != nil {
+			if err := cluster.Client.Get(ctx, key(addonNamespace, election.LeaseName(instance)), &l); err != nil {
 				return false, err.Error()
 			}
 			h := ptr.Deref(l.Spec.HolderIdentity, "")

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/leaseaudit"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 
 // soakFor is how long the soak step runs its faults and checks.
@@ -158,7 +158,7 @@ func soak(t *testing.T) {
 		}},
 		{0.35, func(t *testing.T) { setPeriod(t, 12*time.Second) }},
 		{0.50, func(t *testing.T) {
-			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: addonNamespace, Name: heartbeat.LeaseName(instance)}}
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: addonNamespace, Name: election.LeaseName(instance)}}
 			if err := cluster.Client.Delete(ctx, lease); err != nil {
 				t.Fatal(err)
 			}
@@ -363,5 +363,5 @@ func auditReport(t *testing.T, from, to time.Time) leaseaudit.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return leaseaudit.Judge(events, heartbeat.LeaseName(instance), instance, from, to)
+	return leaseaudit.Judge(events, election.LeaseName(instance), instance, from, to)
 }

@@ -1,62 +1,105 @@
-package heartbeat
+package election
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
-// PeriodAnnotation on the election Lease holds the heartbeat period the
-// leader follows, so that standbys pace their checks by it without reading
-// the AddonInstance.
-const PeriodAnnotation = "addon-heartbeat.io/period"
+// Config of an Elector.
+type Config struct {
+	// Leases are its requests to the API server (NewLeases).
+	Leases Leases
+	// Lease is the election Lease (LeaseName of the AddonInstance).
+	Lease types.NamespacedName
+	// Identity is its holderIdentity: unique to each process (the pod
+	// name). Processes that share one anyway are told apart by a token of
+	// each process on the Lease (ProcessAnnotation): neither takes the
+	// other's hold before it expires, and the one that finds the other's
+	// renewal stops leading.
+	Identity string
+	// Instance names the AddonInstance it elects the writer for
+	// (InstanceAnnotation).
+	Instance string
+	// Clock; clock.RealClock when nil.
+	Clock clock.WithTicker
+	// Log gets its few lines (the start of a campaign, at V(1); a hold
+	// under its own identity by another process).
+	Log logr.Logger
+	// LogError logs a failed try; the caller rate-limits. Log.Error when
+	// nil.
+	LogError func(err error, msg string, keysAndValues ...any)
+	// ReadPeriod reads the period the terms follow (the AddonInstance's
+	// heartbeatUpdatePeriod), before each take; fresh says the work was
+	// never done (no heartbeat was ever written, or there is no
+	// AddonInstance). Required.
+	ReadPeriod func(ctx context.Context) (period time.Duration, fresh bool, err error)
+	// OnTry is told of each try at the Lease; nil for none.
+	OnTry func(Result)
+}
 
-// InstanceAnnotation on the election Lease names the AddonInstance it elects
-// the writer for. The holder sets it with every renewal; the chart's fencing
-// policy (a ValidatingAdmissionPolicy with the Lease as its param) reads it
-// to find the Lease of the AddonInstance whose status is written, since
-// LeaseName's hash suffix cannot be computed in CEL.
-const InstanceAnnotation = "addon-heartbeat.io/addon-instance"
+// New builds an Elector. It does no I/O.
+func New(cfg Config) *Elector {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = logr.Discard()
+	}
+	if cfg.LogError == nil {
+		log := cfg.Log
+		cfg.LogError = func(err error, msg string, kv ...any) { log.Error(err, msg, kv...) }
+	}
+	return &Elector{cfg: cfg, leases: cfg.Leases, key: cfg.Lease, identity: cfg.Identity,
+		process: string(uuid.NewUUID()), instance: cfg.Instance, clock: cfg.Clock}
+}
 
-// ProcessAnnotation on the election Lease is a random token of the holding
-// process, fresh at each start: two processes given the same Identity tell
-// each other apart by it (see Options.Identity).
-const ProcessAnnotation = "addon-heartbeat.io/holder-process"
+// Key is the election Lease.
+func (e *Elector) Key() types.NamespacedName { return e.key }
 
-// errLeaseLost means another holder has the Lease: the term ends at once.
-var errLeaseLost = errors.New("the Lease has another holder")
+// HoldEnd is, while this process leads, when its hold ends by its own
+// clock: the send time of its last successful write of the Lease plus the
+// renew deadline. It keeps the monotonic reading of the clock, so that a
+// step of the wall clock does not move it.
+func (e *Elector) HoldEnd() time.Time { return e.validUntil }
 
-// leaseLock is this process's side of the election Lease, in the style of
-// client-go's leader election but paced by the heartbeat: the leader renews
-// the Lease in the same tick as each heartbeat (one Lease write per period,
-// not one per retry period), and standbys watch it (one event per renewal,
-// no reads).
+// ErrLost is what Renew returns when another holder has the Lease (or a
+// process with this identity, or the Lease is gone): the term ends at once.
+var ErrLost = errors.New("the Lease has another holder")
+
+// Elector is this process's side of the election Lease, in the style of
+// client-go's leader election but paced by its caller: the leader renews the
+// Lease when it has done its work for the period (one Lease write per
+// period, not one per retry period), and standbys watch it (one event per
+// renewal, no reads). Create it with New.
 //
 // Expiry is judged as client-go does, by the local time at which this
 // process last saw the holder's record change, never by comparing clocks
 // across machines.
-type leaseLock struct {
-	kube     *kube
+type Elector struct {
+	cfg      Config
+	leases   Leases
 	key      types.NamespacedName
 	identity string
 	// process tells this process from others with the same identity (an
 	// earlier run of it, or a second process misconfigured with the same
-	// Options.Identity): ProcessAnnotation on the records it writes.
+	// Config.Identity): ProcessAnnotation on the records it writes.
 	process string
 	// instance is the AddonInstance this Lease elects for
 	// (InstanceAnnotation).
 	instance string
-	clock    clock.PassiveClock
+	clock    clock.WithTicker
 
 	// lease is the last version read or written.
 	lease *coordinationv1.Lease
@@ -68,7 +111,7 @@ type leaseLock struct {
 	validUntil time.Time
 	// maxDuration bounds how long a holder's record is honoured, whatever
 	// it claims: the lease duration for the AddonInstance's own period (see
-	// Reporter.boundHold). Zero: no bound.
+	// Campaign). Zero: no bound.
 	maxDuration time.Duration
 	// fence is when the term of the holder of a Lease that was deleted (or
 	// deleted and made again) ends: that holder may still be finishing a
@@ -142,25 +185,25 @@ func vacant(lease *coordinationv1.Lease) bool {
 // deletion), and version, the event's resourceVersion. A watch resumed from
 // the last version seen brings every record in order: a vacancy after a
 // record seen is that record's holder's (fence).
-func (l *leaseLock) observe(lease *coordinationv1.Lease, version string, now time.Time) {
-	l.see(lease, now, l.unbroken)
-	l.unbroken = true
+func (e *Elector) observe(lease *coordinationv1.Lease, version string, now time.Time) {
+	e.see(lease, now, e.unbroken)
+	e.unbroken = true
 	if version != "" {
-		l.lastVersion = version
+		e.lastVersion = version
 	}
 }
 
 // observeRead records a version of the Lease read at now (nil: none).
-func (l *leaseLock) observeRead(lease *coordinationv1.Lease, now time.Time) {
-	l.see(lease, now, false)
-	l.awaiting = ""
-	l.lastVersion = ""
+func (e *Elector) observeRead(lease *coordinationv1.Lease, now time.Time) {
+	e.see(lease, now, false)
+	e.awaiting = ""
+	e.lastVersion = ""
 	if lease != nil {
-		l.lastVersion = lease.ResourceVersion
+		e.lastVersion = lease.ResourceVersion
 	}
 	// A watch from the version read continues from it; without one (no
 	// Lease), its first event reports the state it starts from.
-	l.unbroken = lease != nil
+	e.unbroken = lease != nil
 }
 
 // vacancyID identifies a vacant object: unwritten since, it is the same.
@@ -174,45 +217,45 @@ func vacancyID(lease *coordinationv1.Lease) string {
 // see records a version of the Lease seen at now (nil: there is none), by a
 // watch that continues this process's view without a gap (unbroken) or
 // otherwise (a read, or a watch's first report).
-func (l *leaseLock) see(lease *coordinationv1.Lease, now time.Time, unbroken bool) {
-	if l.lease != nil && (lease == nil || lease.UID != l.lease.UID) {
+func (e *Elector) see(lease *coordinationv1.Lease, now time.Time, unbroken bool) {
+	if e.lease != nil && (lease == nil || lease.UID != e.lease.UID) {
 		// The Lease is gone, or is another object of the same name: the
 		// holder of the one gone keeps its term to the end (see fence).
-		if l.recordHeld() {
-			if f := (fenceRecord{from: l.observedAt, claim: l.claimed()}); !l.fenceEnd(l.fence).After(l.fenceEnd(f)) {
-				l.fence = f
+		if e.recordHeld() {
+			if f := (fenceRecord{from: e.observedAt, claim: e.claimed()}); !e.fenceEnd(e.fence).After(e.fenceEnd(f)) {
+				e.fence = f
 			}
 		}
 	}
-	l.behindSince = time.Time{}
-	if lease != nil && (lease.UID == l.awaiting || l.awaiting == awaitAny) {
-		l.awaiting = ""
+	e.behindSince = time.Time{}
+	if lease != nil && (lease.UID == e.awaiting || e.awaiting == awaitAny) {
+		e.awaiting = ""
 	}
 	id := vacancyID(lease)
 	switch {
 	case !vacant(lease):
-		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, false, ""
-	case unbroken && !vacant(l.lease):
+		e.vacantSince, e.vacancyKnown, e.vacantID = time.Time{}, false, ""
+	case unbroken && !vacant(e.lease):
 		// The record seen went, in view: its holder is fenced.
-		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, true, id
-	case unbroken && (l.vacancyKnown || !l.vacantSince.IsZero()):
+		e.vacantSince, e.vacancyKnown, e.vacantID = time.Time{}, true, id
+	case unbroken && (e.vacancyKnown || !e.vacantSince.IsZero()):
 		// The same vacancy, still in view.
-		l.vacantID = id
+		e.vacantID = id
 	case lease == nil:
 		// Missing, seen with a gap: nothing to judge until the object
 		// made in its place is seen.
-		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, false, ""
-	case id == l.vacantID && (l.vacancyKnown || !l.vacantSince.IsZero()):
+		e.vacantSince, e.vacancyKnown, e.vacantID = time.Time{}, false, ""
+	case id == e.vacantID && (e.vacancyKnown || !e.vacantSince.IsZero()):
 		// The same object as judged, not written since: no hold came
 		// and went in between.
 	default:
-		l.vacantSince, l.vacancyKnown, l.vacantID = now, false, id
+		e.vacantSince, e.vacancyKnown, e.vacantID = now, false, id
 	}
-	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) ||
-		lease.Annotations[ProcessAnnotation] != l.lease.Annotations[ProcessAnnotation] {
-		l.observedAt = now
+	if lease == nil || e.lease == nil || !apiequality.Semantic.DeepEqual(e.lease.Spec, lease.Spec) ||
+		lease.Annotations[ProcessAnnotation] != e.lease.Annotations[ProcessAnnotation] {
+		e.observedAt = now
 	}
-	l.lease = lease
+	e.lease = lease
 }
 
 // fenceRecord is the record of a Lease gone: when it was seen and the
@@ -223,40 +266,46 @@ type fenceRecord struct {
 }
 
 // fenceEnd is when the hold of a record gone ends, bounded as a live one.
-func (l *leaseLock) fenceEnd(f fenceRecord) time.Time {
+func (e *Elector) fenceEnd(f fenceRecord) time.Time {
 	if f.from.IsZero() {
 		return time.Time{}
 	}
 	d := f.claim
-	if l.maxDuration > 0 {
-		d = min(d, l.maxDuration)
+	if e.maxDuration > 0 {
+		d = min(d, e.maxDuration)
 	}
 	return f.from.Add(d)
 }
 
 // recordHeld reports whether the last record seen is a hold by another
 // holder.
-func (l *leaseLock) recordHeld() bool {
-	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && (l.yielded || !l.ownedBy(l.lease))
+func (e *Elector) recordHeld() bool {
+	return e.lease != nil && ptr.Deref(e.lease.Spec.HolderIdentity, "") != "" && (e.yielded || !e.ownedBy(e.lease))
 }
 
-// yield is called when a term ends while the process runs on. When the last
+// yieldGrace is how long past the expiry of its own record a process that
+// gave it up (Yield) waits before it takes it back: a tenth of a period,
+// time for a standby's watch to bring the record, its read of the period
+// and its take, and little enough that a lone process that failed is back
+// within 1.85 periods of its last heartbeat, under the 2 the design
+// promises.
+func yieldGrace(period time.Duration) time.Duration { return max(period, MinPeriod) / 10 }
+
+// Yield is called when a term ends while the process runs on. When the last
 // record is still this process's own, the term ended because it failed to
 // heartbeat or renew within its hold (a renewal follows only a heartbeat
 // written): its own record then counts as another's until it expires, as
-// every standby judges it, and a retry period more, so that a standby that
-// can write takes it first. Taking it back at once would keep a replica that
-// cannot write (its ServiceAccount may not, or its requests fail) in the
-// Lease forever while another could write. A lone replica takes its record
-// back half a period after it expires (2.25 periods after its last
-// heartbeat), once its requests go through again.
-func (l *leaseLock) yield() {
-	l.yielded = l.lease != nil && l.ownedBy(l.lease)
+// every standby judges it, and a tenth of a period more (yieldGrace), so
+// that a standby that can write takes it first. Taking it back at once would
+// keep a replica that cannot write (its ServiceAccount may not, or its
+// requests fail) in the Lease forever while another could write.
+func (e *Elector) Yield() {
+	e.yielded = e.lease != nil && e.ownedBy(e.lease)
 }
 
 // heldByOther reports whether another holder's term is still running at now.
-func (l *leaseLock) heldByOther(now time.Time) bool {
-	_, held := l.otherHoldEnd(now)
+func (e *Elector) heldByOther(now time.Time) bool {
+	_, held := e.otherHoldEnd(now)
 	return held
 }
 
@@ -264,22 +313,22 @@ func (l *leaseLock) heldByOther(now time.Time) bool {
 // the record's (never while there is no Lease), or the fence of a Lease that
 // was deleted. Another holder is another identity, or this identity written
 // by another process (see ownedBy).
-func (l *leaseLock) otherHoldEnd(now time.Time) (time.Time, bool) {
+func (e *Elector) otherHoldEnd(now time.Time) (time.Time, bool) {
 	var end time.Time
-	if l.recordHeld() {
-		end = l.observedAt.Add(l.duration())
-		if l.yielded && l.ownedBy(l.lease) {
-			// Its own record, given up: a retry period more, so that a
-			// standby that can write (it looks as the record expires)
-			// takes it first.
-			end = end.Add(Timings(l.period(DefaultPeriod)).RetryPeriod)
+	if e.recordHeld() {
+		end = e.observedAt.Add(e.duration())
+		if e.yielded && e.ownedBy(e.lease) {
+			// Its own record, given up: a little more (yieldGrace), so
+			// that a standby that can write, which looks as the record
+			// expires, takes it first.
+			end = end.Add(yieldGrace(e.Period(MinPeriod)))
 		}
 	}
-	if f := l.fenceEnd(l.fence); f.After(end) {
+	if f := e.fenceEnd(e.fence); f.After(end) {
 		end = f
 	}
-	if !l.vacantSince.IsZero() && l.vacancyWait > 0 {
-		if v := l.vacantSince.Add(l.vacancyWait); v.After(end) {
+	if !e.vacantSince.IsZero() && e.vacancyWait > 0 {
+		if v := e.vacantSince.Add(e.vacancyWait); v.After(end) {
 			end = v
 		}
 	}
@@ -290,47 +339,48 @@ func (l *leaseLock) otherHoldEnd(now time.Time) (time.Time, bool) {
 // identity, written by this process. A record of this identity without
 // ProcessAnnotation was written by an earlier version, which did not set
 // it, and counts as this process's, as it did then.
-func (l *leaseLock) ownedBy(lease *coordinationv1.Lease) bool {
-	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.identity {
+func (e *Elector) ownedBy(lease *coordinationv1.Lease) bool {
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != e.identity {
 		return false
 	}
 	p, ok := lease.Annotations[ProcessAnnotation]
-	return !ok || p == l.process
+	return !ok || p == e.process
 }
 
 // heldBySameIdentity reports whether the record is held under this
 // process's identity by another process.
-func (l *leaseLock) heldBySameIdentity() bool {
-	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") == l.identity && !l.ownedBy(l.lease)
+func (e *Elector) heldBySameIdentity() bool {
+	return e.lease != nil && ptr.Deref(e.lease.Spec.HolderIdentity, "") == e.identity && !e.ownedBy(e.lease)
 }
 
 // duration is how long the holder's record is good for: what it claims (see
 // claimed), but never more than maxDuration.
-func (l *leaseLock) duration() time.Duration {
-	d := l.claimed()
-	if l.maxDuration > 0 {
-		d = min(d, l.maxDuration)
+func (e *Elector) duration() time.Duration {
+	d := e.claimed()
+	if e.maxDuration > 0 {
+		d = min(d, e.maxDuration)
 	}
 	return d
 }
 
 // claimed is the duration the holder's record claims: exact for the period
 // the holder announced, else the whole seconds of the record.
-func (l *leaseLock) claimed() time.Duration {
-	if l.lease == nil {
+func (e *Elector) claimed() time.Duration {
+	if e.lease == nil {
 		return 0
 	}
-	if p, err := time.ParseDuration(l.lease.Annotations[PeriodAnnotation]); err == nil {
+	if p, err := time.ParseDuration(e.lease.Annotations[PeriodAnnotation]); err == nil {
 		return Timings(p).LeaseDuration
 	}
-	return time.Duration(ptr.Deref(l.lease.Spec.LeaseDurationSeconds, 0)) * time.Second
+	return time.Duration(ptr.Deref(e.lease.Spec.LeaseDurationSeconds, 0)) * time.Second
 }
 
-// period is the heartbeat period the holder announced, or fallback.
-func (l *leaseLock) period(fallback time.Duration) time.Duration {
-	if l.lease != nil {
-		if p, err := time.ParseDuration(l.lease.Annotations[PeriodAnnotation]); err == nil {
-			return clampPeriod(p)
+// Period is the period the holder announced (at least MinPeriod), or
+// fallback.
+func (e *Elector) Period(fallback time.Duration) time.Duration {
+	if e.lease != nil {
+		if p, err := time.ParseDuration(e.lease.Annotations[PeriodAnnotation]); err == nil {
+			return max(p, MinPeriod)
 		}
 	}
 	return fallback
@@ -338,14 +388,14 @@ func (l *leaseLock) period(fallback time.Duration) time.Duration {
 
 // record fills spec and the period annotation for a hold by this process
 // that starts or continues at now.
-func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, now time.Time) {
+func (e *Elector) record(lease *coordinationv1.Lease, period time.Duration, now time.Time) {
 	t := Timings(period)
 	spec := &lease.Spec
-	if !l.ownedBy(lease) {
+	if !e.ownedBy(lease) {
 		if ptr.Deref(spec.HolderIdentity, "") != "" {
 			spec.LeaseTransitions = ptr.To(ptr.Deref(spec.LeaseTransitions, 0) + 1)
 		}
-		spec.HolderIdentity = ptr.To(l.identity)
+		spec.HolderIdentity = ptr.To(e.identity)
 		spec.AcquireTime = &metav1.MicroTime{Time: now}
 	}
 	spec.LeaseDurationSeconds = ptr.To(leaseSeconds(t.LeaseDuration))
@@ -354,11 +404,11 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[PeriodAnnotation] = period.String()
-	if l.instance != "" {
-		lease.Annotations[InstanceAnnotation] = l.instance
+	if e.instance != "" {
+		lease.Annotations[InstanceAnnotation] = e.instance
 	}
-	if l.process != "" {
-		lease.Annotations[ProcessAnnotation] = l.process
+	if e.process != "" {
+		lease.Annotations[ProcessAnnotation] = e.process
 	}
 }
 
@@ -369,40 +419,40 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 // lags), this process's view is behind: it waits for the watch to bring
 // what it missed, in order, and reads the Lease only when nothing comes
 // within a retry period (see behind). An error is one of the API server's.
-func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, error) {
-	now := l.clock.Now()
-	if !l.behindSince.IsZero() {
-		if now.Sub(l.behindSince) < checkInterval(period) {
+func (e *Elector) acquire(ctx context.Context, period time.Duration) (bool, error) {
+	now := e.clock.Now()
+	if !e.behindSince.IsZero() {
+		if now.Sub(e.behindSince) < checkInterval(period) {
 			return false, nil
 		}
-		if err := l.refresh(ctx); err != nil {
+		if err := e.refresh(ctx); err != nil {
 			return false, err
 		}
 	}
-	if l.lease == nil {
+	if e.lease == nil {
 		// Made at once, even while a fence runs, so that it is there
 		// (and seen) when the fence ends.
-		return false, l.makeVacant(ctx)
+		return false, e.makeVacant(ctx)
 	}
-	if l.heldByOther(now) {
+	if e.heldByOther(now) {
 		return false, nil
 	}
-	next := l.lease.DeepCopy()
-	l.record(next, period, now)
-	taken, err := l.kube.updateLease(ctx, next)
+	next := e.lease.DeepCopy()
+	e.record(next, period, now)
+	taken, err := e.leases.Update(ctx, next)
 	switch {
 	case err == nil:
-		l.took(taken, period, now)
+		e.took(taken, period, now)
 		return true, nil
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		l.behindSince = now
+		e.behindSince = now
 		return false, nil
 	default:
-		return false, fmt.Errorf("taking Lease %s: %w", l.key, err)
+		return false, fmt.Errorf("taking Lease %s: %w", e.key, err)
 	}
 }
 
-// awaitAny, as leaseLock.awaiting, waits for whichever Lease object the watch
+// awaitAny, as Elector.awaiting, waits for whichever Lease object the watch
 // brings next.
 const awaitAny types.UID = "*"
 
@@ -414,151 +464,152 @@ const awaitAny types.UID = "*"
 // is judged as any vacant object once the watch brings it after every
 // record before it; an update with its version then takes it, which fails
 // if anyone wrote it since.
-func (l *leaseLock) makeVacant(ctx context.Context) error {
-	if l.awaiting != "" {
+func (e *Elector) makeVacant(ctx context.Context) error {
+	if e.awaiting != "" {
 		return nil // on its way
 	}
-	lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
-	if l.instance != "" {
+	lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(e.key)}
+	if e.instance != "" {
 		// Named for the fencing policy from the start: with no holder,
 		// it admits no heartbeat until a take.
-		lease.Annotations = map[string]string{InstanceAnnotation: l.instance}
+		lease.Annotations = map[string]string{InstanceAnnotation: e.instance}
 	}
-	made, err := l.kube.createLease(ctx, lease)
+	made, err := e.leases.Create(ctx, lease)
 	switch {
 	case err == nil:
-		l.awaiting = made.UID
+		e.awaiting = made.UID
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// Made by another process (or the webhook) meanwhile: the watch
 		// brings it after everything before it. A read would see it
 		// sooner, but as a sighting with a gap (see vacantSince), which
 		// would throw away a vacancy known from the watch.
-		l.awaiting = awaitAny
+		e.awaiting = awaitAny
 		return nil
 	case apierrors.IsForbidden(err):
 		// The zero-code reporter role has no create (RBAC cannot limit
 		// it by name): the webhook creates the Lease when it binds the
 		// role, and the watch brings it.
 		return fmt.Errorf("the election Lease %s does not exist yet and this reporter may not create it; "+
-			"it is made by whoever provisions the reporter's RBAC (the webhook, once the AddonInstance exists): %w", l.key, err)
+			"it is made by whoever provisions the reporter's RBAC (the webhook, once the AddonInstance exists): %w", e.key, err)
 	default:
-		return fmt.Errorf("making Lease %s: %w", l.key, err)
+		return fmt.Errorf("making Lease %s: %w", e.key, err)
 	}
 }
 
 // refresh reads the Lease into the lock.
-func (l *leaseLock) refresh(ctx context.Context) error {
-	lease, err := l.kube.getLease(ctx, l.key)
+func (e *Elector) refresh(ctx context.Context) error {
+	lease, err := e.leases.Get(ctx, e.key)
 	if apierrors.IsNotFound(err) {
-		l.observeRead(nil, l.clock.Now())
+		e.observeRead(nil, e.clock.Now())
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading Lease %s: %w", l.key, err)
+		return fmt.Errorf("reading Lease %s: %w", e.key, err)
 	}
-	l.observeRead(lease, l.clock.Now())
+	e.observeRead(lease, e.clock.Now())
 	return nil
 }
 
 // took records a successful write of this process's hold, sent at sent.
-func (l *leaseLock) took(lease *coordinationv1.Lease, period time.Duration, sent time.Time) {
-	l.yielded = false
-	l.lease = lease
-	l.observedAt = sent
-	l.validUntil = sent.Add(Timings(period).RenewDeadline)
+func (e *Elector) took(lease *coordinationv1.Lease, period time.Duration, sent time.Time) {
+	e.yielded = false
+	e.lease = lease
+	e.observedAt = sent
+	e.validUntil = sent.Add(Timings(period).RenewDeadline)
 }
 
-// renew extends this process's hold for period. errLeaseLost means another
+// Renew extends this process's hold for period, to HoldEnd. ErrLost means another
 // holder has taken it; any other error leaves the hold as it was (valid
 // until validUntil).
-func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
-	now := l.clock.Now()
-	next := l.lease.DeepCopy()
-	l.record(next, period, now)
-	updated, err := l.kube.updateLease(ctx, next)
+func (e *Elector) Renew(ctx context.Context, period time.Duration) error {
+	now := e.clock.Now()
+	next := e.lease.DeepCopy()
+	e.record(next, period, now)
+	updated, err := e.leases.Update(ctx, next)
 	if apierrors.IsConflict(err) {
 		// Someone wrote the Lease since: read it to learn whether it is
 		// still this process's (a label edit) or taken.
-		fresh, gerr := l.kube.getLease(ctx, l.key)
+		fresh, gerr := e.leases.Get(ctx, e.key)
 		if apierrors.IsNotFound(gerr) {
 			// Deleted (a PUT over a deleted object conflicts).
-			l.observeRead(nil, l.clock.Now())
-			return errLeaseLost
+			e.observeRead(nil, e.clock.Now())
+			return ErrLost
 		}
 		if gerr != nil {
-			return fmt.Errorf("reading Lease %s after a conflict: %w", l.key, gerr)
+			// The first write conflicted: it was not applied.
+			return fmt.Errorf("reading Lease %s after a conflict: %w", e.key, gerr)
 		}
-		l.observeRead(fresh, now)
-		if l.heldBySameIdentity() {
+		e.observeRead(fresh, now)
+		if e.heldBySameIdentity() {
 			return fmt.Errorf("%w: another process with the identity %q wrote it (each process needs an identity of its own)",
-				errLeaseLost, l.identity)
+				ErrLost, e.identity)
 		}
-		if !l.ownedBy(fresh) {
-			return errLeaseLost
+		if !e.ownedBy(fresh) {
+			return ErrLost
 		}
 		next = fresh.DeepCopy()
-		l.record(next, period, now)
-		updated, err = l.kube.updateLease(ctx, next)
+		e.record(next, period, now)
+		updated, err = e.leases.Update(ctx, next)
 	}
 	if apierrors.IsNotFound(err) {
-		l.observeRead(nil, l.clock.Now())
-		return errLeaseLost
+		e.observeRead(nil, e.clock.Now())
+		return ErrLost
 	}
 	if err != nil {
-		return fmt.Errorf("renewing Lease %s: %w", l.key, err)
+		// The write may have been applied all the same (its answer was
+		// lost, or came too late), and standbys then judge by it: the hold
+		// ends no later than it would on that record, which is earlier
+		// than the hold already given when the period announced is
+		// shorter.
+		if end := now.Add(Timings(period).RenewDeadline); end.Before(e.validUntil) {
+			e.validUntil = end
+		}
+		return fmt.Errorf("renewing Lease %s: %w", e.key, err)
 	}
-	l.took(updated, period, now)
+	e.took(updated, period, now)
 	return nil
 }
 
-// release hands the Lease back so that a standby takes it at its next check
+// Release hands the Lease back so that a standby takes it at its next check
 // instead of waiting for it to expire: no holder, a one-second duration. It
 // retries conflicts against a fresh read while the Lease is still ours.
-func (l *leaseLock) release(ctx context.Context) error {
-	lease := l.lease
+func (e *Elector) Release(ctx context.Context) error {
+	lease := e.lease
 	for attempt := 0; attempt < 3; attempt++ {
-		if lease == nil || !l.ownedBy(lease) {
+		if lease == nil || !e.ownedBy(lease) {
 			return nil
 		}
 		next := lease.DeepCopy()
-		now := metav1.MicroTime{Time: l.clock.Now()}
+		now := metav1.MicroTime{Time: e.clock.Now()}
 		next.Spec.HolderIdentity = nil
 		next.Spec.LeaseDurationSeconds = ptr.To[int32](1)
 		next.Spec.RenewTime = &now
 		next.Spec.AcquireTime = &now
-		updated, err := l.kube.updateLease(ctx, next)
+		updated, err := e.leases.Update(ctx, next)
 		if err == nil {
-			l.lease = updated
-			l.validUntil = time.Time{}
+			e.lease = updated
+			e.validUntil = time.Time{}
 			return nil
 		}
 		if !apierrors.IsConflict(err) {
-			return fmt.Errorf("releasing Lease %s: %w", l.key, err)
+			return fmt.Errorf("releasing Lease %s: %w", e.key, err)
 		}
-		if lease, err = l.kube.getLease(ctx, l.key); err != nil {
-			return fmt.Errorf("reading Lease %s to release it: %w", l.key, err)
+		if lease, err = e.leases.Get(ctx, e.key); err != nil {
+			return fmt.Errorf("reading Lease %s to release it: %w", e.key, err)
 		}
 	}
-	return fmt.Errorf("releasing Lease %s: still conflicting after 3 attempts", l.key)
+	return fmt.Errorf("releasing Lease %s: still conflicting after 3 attempts", e.key)
 }
 
 // wait is how long a standby waits for news of the Lease before it tries
 // again: until the holder's term runs out (a millisecond past it, so that
 // the next look finds it over), or one check interval after a try that
 // failed. News (the watch's next event) ends the wait sooner.
-func (l *leaseLock) wait(fallback time.Duration) time.Duration {
-	now := l.clock.Now()
-	if end, held := l.otherHoldEnd(now); held {
+func (e *Elector) wait(fallback time.Duration) time.Duration {
+	now := e.clock.Now()
+	if end, held := e.otherHoldEnd(now); held {
 		return end.Sub(now) + time.Millisecond
 	}
-	return checkInterval(l.period(fallback))
-}
-
-// checkInterval is how long a standby waits to try again after a try that
-// failed: the retry period for the period the holder announced, less up to
-// 10% so that standbys started together drift apart.
-func checkInterval(period time.Duration) time.Duration {
-	r := Timings(period).RetryPeriod
-	return r - time.Duration(rand.Int64N(int64(r)/10+1))
+	return checkInterval(e.Period(fallback))
 }
