@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -83,13 +85,13 @@ func parseFlags(prog string, args []string, stderr io.Writer) (flags, error) {
 		fs.BoolVar(&f.allNamespaces, name, false, "Check the opted-in Deployments of every namespace.")
 	}
 	for _, name := range []string{"o", "output"} {
-		fs.StringVar(&f.output, name, "table", "Output format: table or json.")
+		fs.StringVar(&f.output, name, "table", "Output format: table or json")
 	}
-	fs.DurationVar(&f.timeout, "timeout", time.Minute, "Give up after this long.")
+	fs.DurationVar(&f.timeout, "timeout", time.Minute, "Give up after this long")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: %s check [flags]\n\n", prog)
 		fmt.Fprintf(stderr, "Exit status: %d when no check failed, %d when one did, %d when the cluster could not be checked.\n\nFlags:\n", ExitHealthy, ExitProblems, ExitCannotCheck)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -107,6 +109,43 @@ func parseFlags(prog string, args []string, stderr io.Writer) (flags, error) {
 		return f, fmt.Errorf("--timeout %s: expected a positive duration", f.timeout)
 	}
 	return f, nil
+}
+
+// printFlags lists each flag once with its aliases ("-n, --namespace"),
+// as kubectl does, rather than the flag package's one entry per name.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var order []string
+	names := map[string][]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := names[f.Usage]; !ok {
+			order = append(order, f.Usage)
+		}
+		names[f.Usage] = append(names[f.Usage], f.Name)
+	})
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, usage := range order {
+		var parts []string
+		var f *flag.Flag
+		for _, n := range names[usage] {
+			f = fs.Lookup(n)
+			dashes := "--"
+			if len(n) == 1 {
+				dashes = "-"
+			}
+			parts = append(parts, dashes+n)
+		}
+		slices.SortFunc(parts, func(a, b string) int { return len(a) - len(b) })
+		arg, _ := flag.UnquoteUsage(f)
+		if arg != "" {
+			arg = " " + arg
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(tw, "  %s%s\t%s%s\n", strings.Join(parts, ", "), arg, usage, def)
+	}
+	tw.Flush()
 }
 
 func runCheck(ctx context.Context, prog string, args []string, stdout, stderr io.Writer) int {
