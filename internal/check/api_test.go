@@ -124,6 +124,12 @@ func run(t *testing.T, c *Checker, ns string) Report {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every line that fails or warns says how to fix it.
+	for _, res := range r.Results {
+		if (res.Status == StatusFail || res.Status == StatusWarn) && res.Fix == "" {
+			t.Errorf("%s %s is %s without a fix: %s", res.Scope, res.Check, res.Status, res.Message)
+		}
+	}
 	return r
 }
 
@@ -184,7 +190,7 @@ func TestWebhookBehindService(t *testing.T) {
 	for _, res := range r.Results {
 		if res.Scope == "webhook" && res.Check == "trusted" {
 			if res.Status != StatusWarn || !strings.HasPrefix(res.Message, "could not read the certificate pod webhook-a serves on port 9443: ") ||
-				res.Fix != "check needs to port-forward to the webhook pods: kubectl auth can-i create pods/portforward -n addon-heartbeat-system" {
+				res.Fix != "check reads it through a port-forward, which must work as for kubectl -n addon-heartbeat-system port-forward pod/webhook-a 9443 (it needs create on pods/portforward there)" {
 				t.Errorf("trusted: %+v", res)
 			}
 		}
@@ -329,6 +335,23 @@ func TestConfigurations(t *testing.T) {
 	if err := k8s.Delete(t.Context(), second); err != nil {
 		t.Fatal(err)
 	}
+
+	// Without matchConditions every Deployment of the served namespaces
+	// waits on the webhook.
+	bare := mwc.DeepCopy()
+	bare.Webhooks[0].MatchConditions = nil
+	if err := k8s.Update(t.Context(), bare); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, c, "default")
+	expect(t, r, "webhook", "matchConditions", StatusFail,
+		"none: the API server calls the webhook for every Deployment of the served namespaces, so all of them wait on it (and fail while it is down, with failurePolicy Fail)",
+		"install the chart's configuration, which only sends opted-in Deployments (Kubernetes 1.30+): "+installFix)
+	bare.Webhooks[0].MatchConditions = mwc.Webhooks[0].MatchConditions
+	if err := k8s.Update(t.Context(), bare); err != nil {
+		t.Fatal(err)
+	}
+	mwc = *bare
 
 	ns := namespace(t, nil)
 	create(t, deployment(ns, "operator", map[string]string{"addon-heartbeat.io/inject": "true"}))

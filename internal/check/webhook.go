@@ -280,7 +280,8 @@ func (c *Checker) checkService(ctx context.Context, r *Report, in *install) {
 	if err != nil {
 		r.add(scopeWebhook, "trusted", StatusWarn,
 			fmt.Sprintf("could not read the certificate pod %s serves on port %d: %v", e.pod, e.port, err),
-			fmt.Sprintf("check needs to port-forward to the webhook pods: kubectl auth can-i create pods/portforward -n %s", ref.Namespace))
+			fmt.Sprintf("check reads it through a port-forward, which must work as for kubectl -n %s port-forward pod/%s %d (it needs create on pods/portforward there)",
+				ref.Namespace, e.pod, e.port))
 		return
 	}
 	c.checkTrust(r, in, chain, serverName, "pod "+ref.Namespace+"/"+e.pod)
