@@ -33,6 +33,10 @@ type Checker struct {
 	// Now is the time heartbeats are judged at: the API server's, which the
 	// reporter writes heartbeats in. Nil uses the local clock.
 	Now func() time.Time
+
+	// denied caches firstDenied by namespace, ServiceAccount and
+	// AddonInstance: the Deployments of one addon often share all three.
+	denied map[[3]string]string
 }
 
 // Scope is the namespace whose opted-in Deployments are checked; empty for
@@ -49,6 +53,7 @@ var ErrCannotCheck = errors.New("cannot check")
 // cluster could not be checked at all (ErrCannotCheck).
 func (c *Checker) Run(ctx context.Context, s Scope) (Report, error) {
 	var r Report
+	c.denied = map[[3]string]string{} // answers of an earlier run may be out of date
 	in, err := c.checkWebhook(ctx, &r)
 	if err != nil {
 		return r, err

@@ -176,6 +176,11 @@ func runCheck(ctx context.Context, prog string, args []string, stdout, stderr io
 	}
 	clock := &serverClock{}
 	cfg = rest.CopyConfig(cfg)
+	// kubectl's rates: client-go's default of 5 requests a second would
+	// make the SubjectAccessReviews of a large cluster take minutes.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 300
+	}
 	cfg.Wrap(clock.wrap)
 	// The checks report what matters; API deprecation warnings would only
 	// interleave with the table.

@@ -190,7 +190,15 @@ func (c *Checker) checkRBAC(ctx context.Context, r *Report, in *install, w *work
 		return
 	}
 	ns, sa, instance := w.d.Namespace, w.serviceAccount(), w.settings.AddonInstance
-	denied, err := c.firstDenied(ctx, ns, sa, heartbeat.PolicyRules(instance))
+	key := [3]string{ns, sa, instance}
+	denied, seen := c.denied[key]
+	var err error
+	if !seen {
+		denied, err = c.firstDenied(ctx, ns, sa, heartbeat.PolicyRules(instance))
+	}
+	if err == nil && !seen {
+		c.denied[key] = denied
+	}
 	if err != nil {
 		r.add(w.scope(), check, StatusWarn, fmt.Sprintf("could not ask the API server: %v", err),
 			"run check as a user who may create subjectaccessreviews.authorization.k8s.io")
