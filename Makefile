@@ -16,8 +16,11 @@ OLM_ASSETS = $(shell hack/olm-binary.sh | tail -n 1)
 all: build
 
 .PHONY: build
-build: ## Build the webhook and the reporter into bin/.
+build: ## Build the webhook, the reporter and addon-heartbeat (also as the kubectl plugin kubectl-addon_heartbeat) into bin/.
 	$(GO) build -o bin/ ./cmd/...
+	@# kubectl runs `kubectl addon-heartbeat` as the executable kubectl-addon_heartbeat
+	@# on the PATH: the same binary under that name.
+	cp -f bin/addon-heartbeat bin/kubectl-addon_heartbeat
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (slow once, then cached).

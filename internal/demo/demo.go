@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	"github.com/pmezard/go-difflib/difflib"
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,7 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
@@ -55,6 +59,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if o.Verbose {
 		logs = out
 	}
+	setLibraryLoggers(out, o.Verbose)
 
 	d.step("Building kube-apiserver and etcd from the Go module proxy (about 15 minutes the first time; cached afterwards)")
 	if err := localcluster.EnsureKubeBinaries(out); err != nil {
@@ -132,6 +137,24 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	d.step("Heartbeats into AddonInstance %s/%s, for %s (Ctrl-C stops earlier)", ai.Namespace, ai.Name, o.Duration)
 	d.note("There is no kubelet or controller-manager here: the demo sets the Deployment's status as the controller-manager would, and says so.")
 	return d.watch(ctx, c, rep, client.ObjectKeyFromObject(ai), dep)
+}
+
+// setLibraryLoggers gives the libraries the demo drives a logger:
+// controller-runtime's client and envtest's CRD installer log through a
+// global logger that, when nothing set it within 30 seconds of the process
+// starting, prints "log.SetLogger(...) was never called" with a stack trace
+// to stderr at its next use; a newcomer's first `make demo` spends far
+// longer than that building kube-apiserver before it makes a client.
+// client-go logs through klog. The demo's output is its own lines: their
+// lines are dropped, or with --verbose shown with the processes' logs. Their
+// errors reach the demo as returned errors either way.
+func setLibraryLoggers(out io.Writer, verbose bool) {
+	log := logr.Discard()
+	if verbose {
+		log = funcr.New(func(prefix, args string) { fmt.Fprintf(out, "    [library log] %s %s\n", prefix, args) }, funcr.Options{})
+	}
+	ctrllog.SetLogger(log)
+	klog.SetLogger(log)
 }
 
 type driver struct {

@@ -35,6 +35,11 @@ var (
 
 const reporterImage = "addon-heartbeat/reporter:e2e"
 
+// suiteValues are the chart values the webhook is installed with. The
+// reporter role is limited to the AddonInstance names the chart lists; the
+// tests use one besides the default.
+var suiteValues = map[string]any{"reporter": map[string]any{"addonInstanceNames": []any{"addon-instance", "not-yet"}}}
+
 func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
 
 func runSuite(m *testing.M) (code int) {
@@ -59,10 +64,7 @@ func runSuite(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// The reporter role is limited to the AddonInstance names the chart
-	// lists; the tests use one besides the default.
-	values := map[string]any{"reporter": map[string]any{"addonInstanceNames": []any{"addon-instance", "not-yet"}}}
-	webhook, err = cluster.InstallWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage, Values: values}, nil)
+	webhook, err = cluster.InstallWebhook(ctx, bins["webhook"], localcluster.WebhookOptions{ReporterImage: reporterImage, Values: suiteValues}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

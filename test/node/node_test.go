@@ -288,6 +288,8 @@ func TestRealNode(t *testing.T) {
 		}
 	})
 
+	step("addon-heartbeat check", checkOnNode)
+
 	step("one writer at two replicas", func(t *testing.T) {
 		var d appsv1.Deployment
 		if err := cluster.Client.Get(suiteCtx, operatorKey, &d); err != nil {
