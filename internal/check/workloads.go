@@ -21,6 +21,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -206,7 +207,7 @@ func (c *Checker) checkRBAC(ctx context.Context, r *Report, in *install, w *work
 	}
 	if denied == "" {
 		r.ok(w.scope(), check, "ServiceAccount %s may do everything the reporter does: AddonInstance %s and its status, Lease %s, list Deployments",
-			sa, instance, heartbeat.LeaseName(instance))
+			sa, instance, election.LeaseName(instance))
 		return
 	}
 	why, fix := c.rbacDiagnosis(ctx, in, w)
@@ -328,7 +329,7 @@ func (c *Checker) checkInstance(ctx context.Context, r *Report, k instanceKey, w
 // checkLease checks that the election Lease is held by a running pod, and
 // returns that pod's name.
 func (c *Checker) checkLease(ctx context.Context, r *Report, scope string, k instanceKey, logs string) string {
-	name := heartbeat.LeaseName(k.name)
+	name := election.LeaseName(k.name)
 	var lease coordinationv1.Lease
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: k.namespace, Name: name}, &lease); err != nil {
 		if apierrors.IsNotFound(err) {
