@@ -32,7 +32,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
 // Options of the demo.

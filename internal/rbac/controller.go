@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
 

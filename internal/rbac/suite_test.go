@@ -27,7 +27,7 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package heartbeat
 
 import (
@@ -9,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
 func cond(t string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -188,8 +189,12 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 		r.sleep(ctx, time.Second)
 		return
 	}
-	for _, inf := range informers {
-		if err := inf.SetWatchErrorHandlerWithContext(r.watchError); err != nil {
+	for i, inf := range informers {
+		what := "AddonInstance " + r.key.String()
+		if i > 0 {
+			what = "Deployments in " + r.key.Namespace
+		}
+		if err := inf.SetWatchErrorHandler(func(_ *toolscache.Reflector, err error) { r.watchError(what, err) }); err != nil {
 			r.limiter.logError(r.log, err, "setting up the watch failed")
 			r.sleep(ctx, time.Second)
 			return
@@ -197,7 +202,7 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inf.RunWithContext(informerCtx)
+			runInformer(informerCtx, inf)
 		}()
 	}
 	// Wait briefly for the first lists so that the first heartbeat has
@@ -223,15 +228,31 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 	(&loop{clock: r.clock, observe: t.observe, beat: t.beat, kick: kick}).run(ctx)
 }
 
-// watchError logs a failed list or watch: forbidden ones rate-limited with
-// what to do, the rest as client-go does.
-func (r *Reporter) watchError(ctx context.Context, refl *toolscache.Reflector, err error) {
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		r.limiter.logError(r.log, err, "watching is forbidden: bind the reporter role to this ServiceAccount",
-			"type", refl.TypeDescription())
+// watchError logs a failed list or watch of what: forbidden ones
+// rate-limited with what to do; the rest as client-go's default handler
+// does (a watch that expired or ended is normal), rate-limited too. (That
+// handler's signature differs between the client-go releases the SDK
+// supports, so it is not called.)
+func (r *Reporter) watchError(what string, err error) {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		r.limiter.logError(r.log, err, "watching is forbidden: bind the reporter role to this ServiceAccount", "type", what)
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		r.log.V(4).Info("watch closed", "type", what, "err", err.Error())
+	default:
+		r.limiter.logError(r.log, err, "watch failed", "type", what)
+	}
+}
+
+// runInformer runs inf until ctx ends. Its reflector logs through ctx's
+// logger where client-go can (RunWithContext, since v0.33); an older one
+// logs through klog's global logger.
+func runInformer(ctx context.Context, inf toolscache.SharedIndexInformer) {
+	if c, ok := inf.(interface{ RunWithContext(context.Context) }); ok {
+		c.RunWithContext(ctx)
 		return
 	}
-	toolscache.DefaultWatchErrorHandler(ctx, refl, err)
+	inf.Run(ctx.Done())
 }
 
 // period is the last period this process saw, DefaultPeriod before any.

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package heartbeat
 
 import (
@@ -14,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
 type depOpt func(*appsv1.Deployment)

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package heartbeat
 
 import (
@@ -6,7 +8,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
 func TestNewValidatesOptions(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build go1.25
+
 package heartbeat
 
 import (
@@ -26,7 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )

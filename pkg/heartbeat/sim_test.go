@@ -1,3 +1,11 @@
+//go:build go1.25
+
+// The module says go 1.22 (the oldest Go it builds with), whose timers
+// signal on asynchronous channels; testing/synctest needs the synchronous
+// ones of Go 1.23 and later.
+//
+//go:debug asynctimerchan=0
+
 package heartbeat
 
 import (

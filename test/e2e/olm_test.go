@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
-	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 

@@ -303,7 +303,8 @@ func Parse(src Sources) (Settings, error) {
 
 // placed records where the value of an *Error was read.
 func placed(err error, p Place) error {
-	if e, ok := errors.AsType[*Error](err); ok {
+	var e *Error
+	if errors.As(err, &e) {
 		e.Place = p
 	}
 	return err
