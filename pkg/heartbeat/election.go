@@ -180,11 +180,12 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 		}
 		informers = append(informers, t.deployments)
 	}
-	if _, err = t.instance.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	// No resync: an update is a change of the AddonInstance (see resyncCheck).
+	if _, err = t.instance.AddEventHandlerWithResyncPeriod(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    signal,
 		UpdateFunc: func(_, o any) { signal(o) },
 		DeleteFunc: signal,
-	}); err != nil {
+	}, 0); err != nil {
 		r.limiter.logError(r.log, err, "setting up the watch failed")
 		r.sleep(ctx, time.Second)
 		return

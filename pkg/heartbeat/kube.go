@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -94,13 +95,22 @@ func (k *kube) version(ctx context.Context) error {
 	return k.leases.Get().AbsPath("/version").Do(ctx).Error()
 }
 
+// resyncCheck is how often the informers' reflectors ask whether a handler
+// wants a resync. None does (handlers are added with a resync period of 0),
+// so the check finds nothing to do; it is set only because with a period of
+// 0 client-go before v0.36 waits on one channel made at package init, which
+// testing/synctest (the election simulation, run here with the SDK's oldest
+// client-go, v0.30) cannot tell from a goroutine that may still wake, so
+// simulated time never advanced.
+const resyncCheck = 12 * time.Hour
+
 // instanceInformer watches the one AddonInstance (a field selector on its
 // name, so that RBAC can restrict list and watch with resourceNames).
 func (k *kube) instanceInformer(key types.NamespacedName) toolscache.SharedIndexInformer {
 	lw := toolscache.NewListWatchFromClient(k.addons, "addoninstances", key.Namespace,
 		fields.OneTermEqualSelector("metadata.name", key.Name))
 	return toolscache.NewSharedIndexInformerWithOptions(lw, &addonsv1alpha1.AddonInstance{},
-		toolscache.SharedIndexInformerOptions{ObjectDescription: "AddonInstance " + key.String()})
+		toolscache.SharedIndexInformerOptions{ObjectDescription: "AddonInstance " + key.String(), ResyncPeriod: resyncCheck})
 }
 
 // deploymentInformer watches the Deployments of namespace, trimmed to what
@@ -108,7 +118,7 @@ func (k *kube) instanceInformer(key types.NamespacedName) toolscache.SharedIndex
 func (k *kube) deploymentInformer(namespace string) (toolscache.SharedIndexInformer, error) {
 	lw := toolscache.NewListWatchFromClient(k.apps, "deployments", namespace, fields.Everything())
 	inf := toolscache.NewSharedIndexInformerWithOptions(lw, &appsv1.Deployment{},
-		toolscache.SharedIndexInformerOptions{ObjectDescription: "Deployments in " + namespace})
+		toolscache.SharedIndexInformerOptions{ObjectDescription: "Deployments in " + namespace, ResyncPeriod: resyncCheck})
 	if err := inf.SetTransform(TrimDeployment); err != nil {
 		return nil, fmt.Errorf("trimming Deployments: %w", err)
 	}
