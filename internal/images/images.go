@@ -179,8 +179,9 @@ type BuildOptions struct {
 	// Platform is the GOOS and GOARCH of the binaries; linux/amd64 when
 	// empty.
 	Platform v1.Platform
-	// Version, when set, is stamped into the binaries (internal/version).
-	Version string
+	// Version and Revision, when set, are stamped into the binaries
+	// (internal/version).
+	Version, Revision string
 	// Stderr receives the go command's output.
 	Stderr io.Writer
 }
@@ -197,7 +198,7 @@ func BuildBinaries(dir, out string, o BuildOptions, pkgs ...string) (map[string]
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
-	ldflags := strings.TrimSpace("-s -w " + version.LDFlags(o.Version, ""))
+	ldflags := strings.TrimSpace("-s -w " + version.LDFlags(o.Version, o.Revision))
 	args := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", out + string(filepath.Separator)}, pkgs...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir

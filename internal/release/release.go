@@ -7,6 +7,7 @@
 package release
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -119,11 +120,14 @@ func Build(o Options) (res *Result, err error) {
 		}
 	}()
 
+	// The commit, stamped: the Go toolchain's own VCS stamping is off
+	// where GOFLAGS has -buildvcs=false.
+	rev := revision(o.Root)
 	var built []images.PlatformImage
 	for _, p := range platforms {
 		start := time.Now()
 		bins, err := images.BuildBinaries(o.Root, filepath.Join(tmp, "bin", p.OS+"-"+p.Architecture),
-			images.BuildOptions{Platform: p, Version: o.Version, Stderr: logw}, "./cmd/webhook", "./cmd/reporter")
+			images.BuildOptions{Platform: p, Version: o.Version, Revision: rev, Stderr: logw}, "./cmd/webhook", "./cmd/reporter")
 		if err != nil {
 			return nil, err
 		}
@@ -195,6 +199,20 @@ func labels(v string) map[string]string {
 		"org.opencontainers.image.version": v,
 		"org.opencontainers.image.source":  "https://github.com/addon-heartbeat/addon-heartbeat",
 	}
+}
+
+// revision is the checkout's HEAD commit, with -dirty when the tree has
+// changes git tracks; empty when it is no git checkout.
+func revision(root string) string {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // commitTime is the time of the checkout's HEAD commit, the date of the

@@ -62,6 +62,7 @@ type upgradeAddon struct {
 // anew. No AddonInstance may go 3 periods without a heartbeat at any step;
 // the longest gap of each is logged.
 func TestReleaseUpgrade(t *testing.T) {
+	suite := t
 	root := testenv.RepoRoot()
 	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
@@ -226,7 +227,7 @@ func TestReleaseUpgrade(t *testing.T) {
 		webhookImageIs(t, previousImage)
 		addons = []*upgradeAddon{{ns: "upgrade-addon-a", name: "operator", replicas: 2}, {ns: "upgrade-addon-b", name: "agent", replicas: 1}}
 		for _, a := range addons {
-			onboard(t, a)
+			onboard(t, suite, a)
 		}
 		for _, a := range addons {
 			waitFor(t, a.ns+"/"+a.name+" rolled out", 2*time.Minute, func(ctx context.Context) (bool, string) {
@@ -305,7 +306,7 @@ func TestReleaseUpgrade(t *testing.T) {
 		logf("helm install %s --wait: %s", res.Chart, time.Since(start).Round(time.Millisecond))
 		webhookImageIs(t, byDigest())
 		fresh := &upgradeAddon{ns: "upgrade-addon-c", name: "fresh", replicas: 1}
-		onboard(t, fresh)
+		onboard(t, suite, fresh)
 		waitFor(t, "fresh addon rolled out", 2*time.Minute, func(ctx context.Context) (bool, string) {
 			return rolledOut(ctx, key(fresh.ns, fresh.name), 1)
 		})
@@ -320,8 +321,9 @@ func TestReleaseUpgrade(t *testing.T) {
 }
 
 // onboard creates a's namespace (restricted), ServiceAccount, AddonInstance
-// and opted-in Deployment, and starts watching its heartbeats.
-func onboard(t *testing.T, a *upgradeAddon) {
+// and opted-in Deployment, and starts watching its heartbeats until suite
+// ends.
+func onboard(t, suite *testing.T, a *upgradeAddon) {
 	t.Helper()
 	restrictedNamespace(t, a.ns)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: addonServiceAccount}}
@@ -334,7 +336,7 @@ func onboard(t *testing.T, a *upgradeAddon) {
 			t.Fatal(err)
 		}
 	}
-	a.hb = watchHeartbeats(t, a.ns, instance)
+	a.hb = watchHeartbeats(suite, a.ns, instance)
 	if err := cluster.Client.Create(suiteCtx, exampleAddon(a.ns, a.name, instance, a.replicas)); err != nil {
 		t.Fatal(err)
 	}
