@@ -80,15 +80,7 @@ func TestReleaseUpgrade(t *testing.T) {
 	)
 	byDigest := func() string { return images.AddonHeartbeat + "@" + res.Digest.String() }
 	previousImage := images.AddonHeartbeat + ":" + previousVersion
-	step := func(name string, f func(t *testing.T)) {
-		start := time.Now()
-		ok := t.Run(name, f)
-		logf("step %s: %s (%s)", name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(start).Round(time.Millisecond))
-		if !ok {
-			dumpPodLogs(40)
-			t.FailNow()
-		}
-	}
+	step := func(name string, f func(t *testing.T)) { runStep(t, name, f) }
 	// window checks that no addon went 3 periods without a heartbeat
 	// between from and now, and records the longest gap of each.
 	window := func(t *testing.T, what string, from time.Time) {
