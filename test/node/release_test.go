@@ -329,8 +329,23 @@ func onboard(t, suite *testing.T, a *upgradeAddon) {
 		}
 	}
 	a.hb = watchHeartbeats(suite, a.ns, instance)
-	if err := cluster.Client.Create(suiteCtx, exampleAddon(a.ns, a.name, instance, a.replicas)); err != nil {
-		t.Fatal(err)
+	// Right after an install the API server may not trust the webhook yet:
+	// the elected replica writes the caBundle once it runs, and the API
+	// server picks the change up a moment later (helm --wait waits for
+	// ready pods only). The create is retried until the call succeeds.
+	start := time.Now()
+	waitFor(t, "the webhook admits "+a.ns+"/"+a.name, time.Minute, func(ctx context.Context) (bool, string) {
+		err := cluster.Client.Create(ctx, exampleAddon(a.ns, a.name, instance, a.replicas))
+		if err != nil && strings.Contains(err.Error(), "failed calling webhook") {
+			return false, err.Error()
+		}
+		if err != nil {
+			t.Fatalf("creating %s/%s: %v", a.ns, a.name, err)
+		}
+		return true, ""
+	})
+	if d := time.Since(start); d > time.Second {
+		logf("%s/%s admitted %s after its first try", a.ns, a.name, d.Round(time.Millisecond))
 	}
 }
 
