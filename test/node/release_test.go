@@ -210,6 +210,12 @@ func TestReleaseUpgrade(t *testing.T) {
 			!apierrors.IsAlreadyExists(err) {
 			t.Fatalf("installing the AddonInstance CRD: %v", err)
 		}
+		// One webhook at a time: TestRealNode's release, should it have
+		// stopped before its uninstall step, would inject too and owns the
+		// same cluster-wide names.
+		if _, err := run(suiteCtx, helmBin, "uninstall", release, "--namespace", releaseNamespace, "--ignore-not-found", "--wait", "--timeout", "3m"); err != nil {
+			t.Fatal(err)
+		}
 		restrictedNamespace(t, upgradeNamespace)
 		start := time.Now()
 		if _, err := run(suiteCtx, helmBin, "install", upgradeRelease, prevChart, "--namespace", upgradeNamespace, "--wait", "--timeout", "3m"); err != nil {
