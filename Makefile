@@ -50,7 +50,7 @@ demo: ## Run the whole path on a local control plane: webhook, example addon, he
 bench: ## Run the Go benchmarks (figures in BENCHMARKS.md).
 	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./...
 
-IMAGE ?= ghcr.io/addon-heartbeat/addon-heartbeat:v0.1.0
+IMAGE ?= ghcr.io/addon-heartbeat/addon-heartbeat:v0.2.0
 CONTAINER_TOOL ?= docker
 .PHONY: images
 images: ## Build the image holding /webhook and /reporter (needs a container engine; CONTAINER_TOOL=podman works too).
@@ -73,8 +73,14 @@ help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-16s %s\n", $$1, $$2}'
 
 .PHONY: images-tar
-images-tar: ## Write the images (addon-heartbeat, pause, example addon) as OCI tarballs into bin/images, without a container engine (IMAGE_TAG=v0.1.0).
-	$(GO) run ./hack/images -out bin/images -tag $${IMAGE_TAG:-v0.1.0}
+images-tar: ## Write the images (addon-heartbeat, pause, example addon) as OCI tarballs into bin/images, without a container engine (IMAGE_TAG=v0.2.0).
+	$(GO) run ./hack/images -out bin/images -tag $${IMAGE_TAG:-v0.2.0}
+
+.PHONY: release
+release: ## Build release VERSION (such as v0.2.0) into dist/VERSION: multi-platform image index, packaged chart, SBOMs, notes, SHA256SUMS.
+	@test -n "$(VERSION)" || { echo "make release: set VERSION, such as make release VERSION=v0.2.0"; exit 2; }
+	@rm -rf dist/$(VERSION)
+	$(GO) run ./hack/release -version $(VERSION) -out dist/$(VERSION)
 
 .PHONY: e2e-node
 e2e-node: ## Real-node end to end (root): a single-node cluster in its own network namespace, helm install, real pods heartbeating.

@@ -77,7 +77,13 @@ func Render(rel Release, values map[string]any) (objs []*unstructured.Unstructur
 
 // RenderFor is Render for a cluster that serves cluster.APIVersions.
 func RenderFor(rel Release, cluster Cluster, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
-	ch, err := loader.Load(Dir())
+	return RenderPath(Dir(), rel, cluster, values)
+}
+
+// RenderPath is RenderFor for the chart at path: a folder or a packaged
+// chart (.tgz).
+func RenderPath(path string, rel Release, cluster Cluster, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
+	ch, err := loader.Load(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the chart: %w", err)
 	}

@@ -109,6 +109,9 @@ type Options struct {
 	// ReporterAddonInstanceNames are the AddonInstances the reporter role
 	// allows (empty: any); opting in for another name gets a warning.
 	ReporterAddonInstanceNames []string
+	// ReporterVersion is the release ReporterImage is of (empty: the one
+	// its tag names), compared with the webhook's own version.
+	ReporterVersion string
 }
 
 // Certificate modes.
@@ -171,6 +174,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to finish in-flight reviews after SIGTERM.")
 	fs.StringVar(&o.Platform, "platform", o.Platform, "The kind of cluster, kubernetes or openshift: the injected reporter's security context is Kubernetes' restricted profile, or what every OpenShift SCC admits (the UID, GID and seccomp profile left to the SCC).")
 	fs.StringVar(&o.ReporterImage, "reporter-image", o.ReporterImage, "Image of the injected reporter (required).")
+	fs.StringVar(&o.ReporterVersion, "reporter-version", o.ReporterVersion, "Release version of --reporter-image (such as v0.2.0), for an image by digest; empty: the version its tag names. A version other than the webhook's own is logged and warned about at admission.")
 	fs.StringVar(&o.ReporterImagePullPolicy, "reporter-image-pull-policy", o.ReporterImagePullPolicy, "Pull policy of the injected reporter: Always, IfNotPresent or Never.")
 	fs.BoolVar(&o.NativeSidecar, "native-sidecar", o.NativeSidecar, "Inject the reporter as a native sidecar (Kubernetes 1.29+); false injects a plain container.")
 	fs.StringVar(&o.ReporterCPURequest, "reporter-cpu-request", o.ReporterCPURequest, "CPU request of the injected reporter.")
@@ -408,7 +412,8 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	server := mgr.GetWebhookServer()
-	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics}
+	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics,
+		VersionWarning: reporterVersionWarning(log.WithName("setup"), o.ReporterVersion, cfg.Image)}
 	if manageRBAC {
 		signing := &SigningKey{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
 			Secret: types.NamespacedName{Namespace: o.Namespace, Name: o.SigningSecretName}, Log: log.WithName("signing-key")}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 )
 
 // Metrics are the webhook's own Prometheus metrics. Dry-run reviews carry
@@ -33,6 +35,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.Duration, err = registerOrReuse(reg, m.Duration); err != nil {
+		return nil, err
+	}
+	if _, err = registerOrReuse(reg, version.NewCollector("webhook", version.Get())); err != nil {
 		return nil, err
 	}
 	return m, nil
