@@ -70,14 +70,14 @@ func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("addoninstance-period").
 		// Status writes (every heartbeat) leave the generation as it is.
-		For(newObject(), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&Object{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 
 // Reconcile records the Event the AddonInstance's period deserves, unless
 // it was recorded for this period already.
 func (r *Recorder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	u := newObject()
+	u := &Object{}
 	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
 		if apierrors.IsNotFound(err) {
 			delete(r.recorded, req.NamespacedName)

@@ -5,9 +5,9 @@
 // AddonInstance that asks for a period below the reporter's floor, which the
 // reporter cannot record itself (its role may create nothing).
 //
-// The webhook watches AddonInstances cut down by a cache transform to the
-// fields used here, so that its memory does not grow with their conditions
-// or managed fields.
+// The webhook decodes AddonInstances into a type holding only the fields
+// used here, and a cache transform drops the rest of their metadata, so that
+// its memory does not grow with their conditions or managed fields.
 package instancewatch
 
 import (
@@ -16,7 +16,7 @@ import (
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -29,51 +29,90 @@ import (
 // GVK is the AddonInstance's.
 var GVK = schema.GroupVersionKind{Group: "addons.managed.openshift.io", Version: "v1alpha1", Kind: "AddonInstance"}
 
-// newObject is an empty AddonInstance as the cache holds it.
-func newObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(GVK)
-	return u
+// Object is an AddonInstance as the webhook decodes it: only the fields read
+// here. Decoding into it skips the conditions (up to 4 KB of message each)
+// without allocating them, which an unstructured or a full typed object
+// would decode first and a transform drop after. Both fields are strings, as
+// the CRD's schema has them, so that no stored value fails the decoding (a
+// period such as "1d" passes the CRD; a metav1.Duration would refuse it, and
+// with it the whole list).
+type Object struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ObjectSpec   `json:"spec,omitempty"`
+	Status            ObjectStatus `json:"status,omitempty"`
 }
 
-func newList() *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(GVK.GroupVersion().WithKind(GVK.Kind + "List"))
-	return l
+// ObjectSpec is the part of the spec read here.
+type ObjectSpec struct {
+	HeartbeatUpdatePeriod string `json:"heartbeatUpdatePeriod,omitempty"`
 }
 
-// CacheOptions watch AddonInstances in every namespace as unstructured
-// objects, each cut down to what Instance reads (Slim). The webhook's RBAC
-// controller watches them too, as metadata only: that watch cannot carry the
-// spec and status read here.
+// ObjectStatus is the part of the status read here.
+type ObjectStatus struct {
+	LastHeartbeatTime string `json:"lastHeartbeatTime,omitempty"`
+}
+
+// ObjectList is a list of Objects.
+type ObjectList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Object `json:"items"`
+}
+
+// DeepCopyObject copies o.
+func (o *Object) DeepCopyObject() runtime.Object {
+	out := *o
+	o.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// DeepCopyObject copies l.
+func (l *ObjectList) DeepCopyObject() runtime.Object {
+	out := *l
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	out.Items = make([]Object, len(l.Items))
+	for i := range l.Items {
+		out.Items[i] = *l.Items[i].DeepCopyObject().(*Object)
+	}
+	return &out
+}
+
+// AddToScheme registers Object and ObjectList as the AddonInstance kinds.
+// The webhook's scheme has no other AddonInstance type: a scheme that
+// registers the addon-operator's own types (as the tests' does) cannot hold
+// these too.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypeWithName(GVK, &Object{})
+	s.AddKnownTypeWithName(GVK.GroupVersion().WithKind(GVK.Kind+"List"), &ObjectList{})
+	metav1.AddToGroupVersion(s, GVK.GroupVersion())
+	return nil
+}
+
+// CacheOptions watch AddonInstances in every namespace as Objects, each cut
+// down further by Slim. The webhook's RBAC controller watches them too, as
+// metadata only: that watch cannot carry the spec and status read here.
 func CacheOptions() map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{newObject(): {Transform: Slim}}
+	return map[client.Object]cache.ByObject{&Object{}: {Transform: Slim}}
 }
 
-// Slim keeps of an AddonInstance its identity, generation, creation time,
-// spec.heartbeatUpdatePeriod and status.lastHeartbeatTime: no conditions, no
-// managed fields, no labels or annotations. The API server's watch still
-// sends whole objects; only the cached copy is small.
+// Slim keeps of an AddonInstance's metadata its identity, generation and
+// creation time: no managed fields, labels or annotations.
 func Slim(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
+	o, ok := obj.(*Object)
 	if !ok {
 		return obj, nil
 	}
-	meta := map[string]any{}
-	// The generation tells a spec change from a status write (see Recorder).
-	for _, k := range []string{"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp"} {
-		if v, ok := u.Object["metadata"].(map[string]any)[k]; ok {
-			meta[k] = v
-		}
-	}
-	slim := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta}
-	if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "heartbeatUpdatePeriod"); ok {
-		slim["spec"] = map[string]any{"heartbeatUpdatePeriod": v}
-	}
-	if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "lastHeartbeatTime"); ok {
-		slim["status"] = map[string]any{"lastHeartbeatTime": v}
-	}
-	return &unstructured.Unstructured{Object: slim}, nil
+	return &Object{
+		TypeMeta: o.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion,
+			// The generation tells a spec change from a status write (see Recorder).
+			Generation: o.Generation, CreationTimestamp: o.CreationTimestamp,
+		},
+		Spec:   o.Spec,
+		Status: o.Status,
+	}, nil
 }
 
 var _ toolscache.TransformFunc = Slim
@@ -90,13 +129,11 @@ type Instance struct {
 	LastHeartbeat time.Time
 }
 
-// FromObject reads an AddonInstance as Slim leaves it. A field of the wrong
-// type reads as absent: the CRD's schema makes both strings, and a watch
-// that fails on one odd object would blind the webhook to every other.
-func FromObject(u *unstructured.Unstructured) Instance {
-	in := Instance{Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(), Created: u.GetCreationTimestamp().Time}
-	in.Period, _, _ = unstructured.NestedString(u.Object, "spec", "heartbeatUpdatePeriod")
-	if s, ok, _ := unstructured.NestedString(u.Object, "status", "lastHeartbeatTime"); ok && s != "" {
+// FromObject reads an AddonInstance. A lastHeartbeatTime that is not a
+// time (the CRD's schema checks it) reads as none.
+func FromObject(o *Object) Instance {
+	in := Instance{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Created: o.CreationTimestamp.Time, Period: o.Spec.HeartbeatUpdatePeriod}
+	if s := o.Status.LastHeartbeatTime; s != "" {
 		var t metav1.Time
 		if err := t.UnmarshalQueryParameter(s); err == nil {
 			in.LastHeartbeat = t.Time

@@ -9,7 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -47,38 +49,47 @@ status:
     lastTransitionTime: "2026-12-01T10:00:05Z"
 `
 
-func object(t *testing.T, y string) *unstructured.Unstructured {
+// object decodes an AddonInstance as the webhook's client does: with the
+// webhook's scheme, into Object.
+func object(t *testing.T, y string) *Object {
 	t.Helper()
-	// As the API server's objects decode: integers as int64.
 	j, err := yaml.YAMLToJSON([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(j); err != nil {
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	return u
+	obj, _, err := serializer.NewCodecFactory(s).UniversalDeserializer().Decode(j, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj.(*Object)
 }
 
-// The cached copy holds exactly what Instance reads, and reads the same.
+// The decoded and cached copy holds exactly what Instance reads, and reads
+// the same.
 func TestSlim(t *testing.T) {
 	full := object(t, stored)
+	if full.Name != "addon-instance" || len(full.ManagedFields) == 0 || full.Labels["team"] != "a" {
+		t.Fatalf("decoded %+v", full)
+	}
 	out, err := Slim(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slim := out.(*unstructured.Unstructured)
-	want := map[string]any{
-		"apiVersion": "addons.managed.openshift.io/v1alpha1", "kind": "AddonInstance",
-		"metadata": map[string]any{
-			"name": "addon-instance", "namespace": "my-addon", "uid": "6a0c6b4e-1f4e-4c1e-9a4e-2f0d8c1b7e11",
-			"resourceVersion": "42", "generation": int64(3), "creationTimestamp": "2026-12-01T10:00:00Z",
+	slim := out.(*Object)
+	want := &Object{
+		TypeMeta: metav1.TypeMeta{APIVersion: "addons.managed.openshift.io/v1alpha1", Kind: "AddonInstance"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "addon-instance", Namespace: "my-addon", UID: "6a0c6b4e-1f4e-4c1e-9a4e-2f0d8c1b7e11",
+			ResourceVersion: "42", Generation: 3, CreationTimestamp: metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)),
 		},
-		"spec":   map[string]any{"heartbeatUpdatePeriod": "100ms"},
-		"status": map[string]any{"lastHeartbeatTime": "2026-12-01T10:05:00Z"},
+		Spec:   ObjectSpec{HeartbeatUpdatePeriod: "100ms"},
+		Status: ObjectStatus{LastHeartbeatTime: "2026-12-01T10:05:00Z"},
 	}
-	if diff := cmp.Diff(want, slim.Object); diff != "" {
+	if diff := cmp.Diff(want, slim); diff != "" {
 		t.Errorf("slim copy (-want +got):\n%s", diff)
 	}
 	in := FromObject(slim)
@@ -90,24 +101,31 @@ func TestSlim(t *testing.T) {
 	if !in.Created.Equal(wantIn.Created) || !in.LastHeartbeat.Equal(wantIn.LastHeartbeat) || in.Period != wantIn.Period || in.UID != wantIn.UID {
 		t.Errorf("read %+v, want %+v", in, wantIn)
 	}
+	// A copy is a copy.
+	cp := full.DeepCopyObject().(*Object)
+	cp.Labels["team"] = "b"
+	if full.Labels["team"] != "a" {
+		t.Error("DeepCopyObject shares the labels")
+	}
 	// Anything else passes through.
 	if got, _ := Slim("not an object"); got != "not an object" {
 		t.Errorf("Slim changed a non-object: %v", got)
 	}
 }
 
-// Fields of an unexpected type read as absent rather than failing.
-func TestFromObjectOddFields(t *testing.T) {
-	u := object(t, `
+// A period the CRD stores but Go cannot parse decodes (and is reported by
+// Check); a lastHeartbeatTime that is not a time reads as none.
+func TestObjectOddFields(t *testing.T) {
+	o := object(t, `
 apiVersion: addons.managed.openshift.io/v1alpha1
 kind: AddonInstance
 metadata: {name: a, namespace: b}
-spec: {heartbeatUpdatePeriod: 10}
+spec: {heartbeatUpdatePeriod: 1d}
 status: {lastHeartbeatTime: yesterday}
 `)
-	in := FromObject(u)
-	if in.Period != "" || !in.LastHeartbeat.IsZero() {
-		t.Errorf("read %+v, want no period and no heartbeat", in)
+	in := FromObject(o)
+	if in.Period != "1d" || !in.LastHeartbeat.IsZero() {
+		t.Errorf("read %+v, want period 1d and no heartbeat", in)
 	}
 }
 

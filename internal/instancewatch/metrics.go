@@ -62,14 +62,14 @@ var ErrNotSynced = errors.New("the AddonInstance cache has not synced yet")
 // a scrape neither blocks nor reports a partial list.
 func CacheLister(c cache.Cache) Lister {
 	return func(ctx context.Context) ([]Instance, error) {
-		inf, err := c.GetInformer(ctx, newObject(), cache.BlockUntilSynced(false))
+		inf, err := c.GetInformer(ctx, &Object{}, cache.BlockUntilSynced(false))
 		if err != nil {
 			return nil, fmt.Errorf("getting the AddonInstance informer: %w", err)
 		}
 		if !inf.HasSynced() {
 			return nil, ErrNotSynced
 		}
-		list := newList()
+		list := &ObjectList{}
 		// Read only: the cached objects need no copy.
 		if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing AddonInstances from the cache: %w", err)

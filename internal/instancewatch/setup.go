@@ -17,7 +17,7 @@ import (
 // name) when empty.
 func Setup(ctx context.Context, mgr ctrl.Manager, collector *Collector, instance string, log logr.Logger) error {
 	// Every replica watches, not only the one running the Recorder.
-	if _, err := mgr.GetCache().GetInformer(ctx, newObject(), cache.BlockUntilSynced(false)); err != nil {
+	if _, err := mgr.GetCache().GetInformer(ctx, &Object{}, cache.BlockUntilSynced(false)); err != nil {
 		return fmt.Errorf("watching AddonInstances: %w", err)
 	}
 	if err := mgr.Add(collector.Holder(CacheLister(mgr.GetCache()))); err != nil {

@@ -15,6 +15,8 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,7 +26,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
-	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 )
 
 // replica is one webhook replica's share of this package: a manager with
@@ -43,7 +44,7 @@ func startReplica(t *testing.T, name, leaseNamespace string) *replica {
 		t.Fatal(err)
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                        testenv.Scheme(),
+		Scheme:                        webhookScheme(t),
 		Logger:                        log,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
@@ -149,11 +150,32 @@ func reconciles(t *testing.T) float64 {
 	return n
 }
 
-func createInstance(t *testing.T, ns, period string) *unstructured.Unstructured {
+// webhookScheme is the webhook's: the built-in types and Object.
+func webhookScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
-	u := newObject()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// unstructuredInstance is the AddonInstance of ns, for the test's client
+// (whose scheme has the addon-operator's types, which cannot hold "1d").
+func unstructuredInstance(ns string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(GVK)
 	u.SetNamespace(ns)
 	u.SetName("addon-instance")
+	return u
+}
+
+func createInstance(t *testing.T, ns, period string) *unstructured.Unstructured {
+	t.Helper()
+	u := unstructuredInstance(ns)
 	_ = unstructured.SetNestedField(u.Object, period, "spec", "heartbeatUpdatePeriod")
 	if err := k8s.Create(t.Context(), u); err != nil {
 		t.Fatal(err)
@@ -173,9 +195,7 @@ func newNamespace(t *testing.T, prefix string) string {
 func setPeriod(t *testing.T, ns, period string) {
 	t.Helper()
 	patch := fmt.Appendf(nil, `{"spec":{"heartbeatUpdatePeriod":%q}}`, period)
-	u := newObject()
-	u.SetNamespace(ns)
-	u.SetName("addon-instance")
+	u := unstructuredInstance(ns)
 	if err := k8s.Patch(t.Context(), u, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		t.Fatal(err)
 	}

@@ -328,6 +328,8 @@ func (o Options) Validate() error {
 func scheme() *k8sruntime.Scheme {
 	s := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	// AddonInstances as the per-AddonInstance gauges read them.
+	utilruntime.Must(instancewatch.AddToScheme(s))
 	return s
 }
 
