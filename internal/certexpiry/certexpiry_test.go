@@ -31,6 +31,14 @@ func TestCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	exposition := fmt.Sprintf(`
+# HELP %[1]s Unix time the serving certificate the webhook presents expires (its notAfter); absent while it has none.
+# TYPE %[1]s gauge
+%[1]s %[2]d
+# HELP %[3]s Unix time the serving certificate the webhook presents became valid (its notBefore); absent while it has none.
+# TYPE %[3]s gauge
+%[3]s %[4]d
+`, MetricNotAfter, leaf.NotAfter.Unix(), MetricNotBefore, leaf.NotBefore.Unix())
 	withoutLeaf := served
 	withoutLeaf.Leaf = nil
 
@@ -39,29 +47,17 @@ func TestCollector(t *testing.T) {
 		want string // the exposition, empty for none
 	}{
 		"a served certificate": {
-			src: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil },
-			want: fmt.Sprintf(`
-# HELP %[1]s Unix time the serving certificate the webhook presents expires (its notAfter); absent while it has none.
-# TYPE %[1]s gauge
-%[1]s %[2]d
-# HELP %[3]s Unix time the serving certificate the webhook presents became valid (its notBefore); absent while it has none.
-# TYPE %[3]s gauge
-%[3]s %[4]d
-`, MetricNotAfter, leaf.NotAfter.Unix(), MetricNotBefore, leaf.NotBefore.Unix()),
+			src:  func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil },
+			want: exposition,
 		},
 		"a certificate without its parsed leaf": {
-			src: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &withoutLeaf, nil },
-			want: fmt.Sprintf(`
-# HELP %[1]s Unix time the serving certificate the webhook presents expires (its notAfter); absent while it has none.
-# TYPE %[1]s gauge
-%[1]s %[2]d
-# HELP %[3]s Unix time the serving certificate the webhook presents became valid (its notBefore); absent while it has none.
-# TYPE %[3]s gauge
-%[3]s %[4]d
-`, MetricNotAfter, leaf.NotAfter.Unix(), MetricNotBefore, leaf.NotBefore.Unix()),
+			src:  func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &withoutLeaf, nil },
+			want: exposition,
 		},
 		"none loaded yet": {
-			src: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("no serving certificate loaded yet") },
+			src: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return nil, errors.New("no serving certificate loaded yet")
+			},
 		},
 		"an empty certificate": {
 			src: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &tls.Certificate{}, nil },

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 )
 
 // Version is the github.com/prometheus/prometheus module version that
@@ -36,13 +37,9 @@ const Version = "v0.316.0"
 func Dir() (string, error) {
 	dir := os.Getenv("PROMETHEUS_ASSETS")
 	if dir == "" {
-		cache := os.Getenv("ADDON_HEARTBEAT_CACHE")
-		if cache == "" {
-			base, err := os.UserCacheDir()
-			if err != nil {
-				return "", fmt.Errorf("locating the cache folder: %w", err)
-			}
-			cache = filepath.Join(base, "addon-heartbeat")
+		cache, err := testenv.CacheDir()
+		if err != nil {
+			return "", err
 		}
 		dir = filepath.Join(cache, "bin", "prometheus-"+Version)
 	}

@@ -3,16 +3,13 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"net/url"
-	"strconv"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certexpiry"
-	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/certs"
 )
 
@@ -52,28 +49,7 @@ func TestServedCertificateExpiryExported(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeKeyPair(t, dir, first)
-	opts := options
-	opts.CertDir = dir
-	opts.MetricsBindAddress = "0"
-	opts.HealthProbeBindAddress = freeAddr()
-	host, port, _ := net.SplitHostPort(freeAddr())
-	opts.Host = host
-	if opts.Port, err = strconv.Atoi(port); err != nil {
-		t.Fatal(err)
-	}
-	log, _ := logging.New("error")
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, opts, env.Config, log) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second webhook stopped with %v", err)
-		}
-	})
-	if err := waitHTTP("http://"+opts.HealthProbeBindAddress+"/readyz", 200); err != nil {
-		t.Fatal(err)
-	}
+	startDirWebhook(t, dir)
 	for _, kp := range []certs.KeyPair{first, renewed} {
 		writeKeyPair(t, dir, kp)
 		cert, err := certs.ParseCert(kp.CertPEM)

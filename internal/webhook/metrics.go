@@ -23,8 +23,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Admission reviews answered, by outcome (injected, unchanged, removed, denied, bad_request) and dry run.",
 		}, []string{"outcome", "dry_run"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "addon_heartbeat_webhook_review_duration_seconds",
-			Help:    "Time to answer an admission review, from the first byte read to the response written, by outcome.",
+			Name: "addon_heartbeat_webhook_review_duration_seconds",
+			Help: "Time to answer an admission review, from the first byte read to the response written, by outcome.",
 			// Up to 30s, the longest timeoutSeconds a webhook can have, with
 			// a bound at each common timeout, so that a p99 over the
 			// configured one (an alert) can be told from the histogram.

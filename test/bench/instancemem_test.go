@@ -1,17 +1,13 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,8 +17,8 @@ import (
 )
 
 // beforeInstanceWatch is the last commit whose webhook watched
-// AddonInstances as metadata only; the one after it also watches them whole
-// (cut down by a transform) for the per-AddonInstance gauges.
+// AddonInstances as metadata only; the one after it also watches their
+// period and last heartbeat for the per-AddonInstance gauges.
 const beforeInstanceWatch = "2f4a617902ccd7200bfe7777b2a9173e1115cf33"
 
 // BenchmarkWebhookRSSManyAddonInstances fills a control plane with
@@ -36,44 +32,17 @@ const beforeInstanceWatch = "2f4a617902ccd7200bfe7777b2a9173e1115cf33"
 // checkout's is also measured before the AddonInstances exist.
 func BenchmarkWebhookRSSManyAddonInstances(b *testing.B) {
 	n := envInt(b, "BENCH_RSS_INSTANCES", 1000)
-	before := cmp.Or(os.Getenv("BENCH_WEBHOOK_BIN_BEFORE"), buildAt(b, cmp.Or(os.Getenv("BENCH_BEFORE_REF"), beforeInstanceWatch)))
-	after := binaries(b)["webhook"]
-	ctx := context.Background()
-	c, err := localcluster.Start(ctx, localcluster.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			b.Errorf("stopping the control plane: %v", err)
-		}
-	})
+	before, after, c := rssRun(b, beforeInstanceWatch)
+	// Synced: every AddonInstance's gauges exported, at 10s each.
 	measure := func(name, bin string, gauges int) (peak, steady int64) {
-		w, err := c.InstallWebhook(ctx, bin, localcluster.WebhookOptions{ReporterImage: reporterImage}, nil)
-		if err != nil {
-			b.Fatalf("%s: %v", name, err)
-		}
-		probe(b, c.Client, name)
+		var synced func(w *localcluster.Webhook) bool
 		if gauges > 0 {
-			pollUntil(b, 200*time.Millisecond, 5*time.Minute, fmt.Sprintf("%s exporting %d AddonInstances", name, gauges), func() bool {
+			synced = func(w *localcluster.Webhook) bool {
 				v, err := w.Metric(instancewatch.MetricReporterPeriod)
 				return err == nil && v >= float64(gauges)*10
-			})
+			}
 		}
-		time.Sleep(10 * time.Second) // steady state: no condition to await, the point is the memory after a while
-		if steady, err = procStatus(w.Pid(), "VmRSS"); err != nil {
-			b.Fatal(err)
-		}
-		if peak, err = procStatus(w.Pid(), "VmHWM"); err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Stop(15 * time.Second); err != nil {
-			b.Fatalf("stopping the %s webhook: %v", name, err)
-		}
-		if err := c.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Configuration}}); err != nil {
-			b.Fatal(err)
-		}
-		return peak, steady
+		return webhookRSS(b, c, name, bin, nil, synced)
 	}
 	_, emptySteady := measure("empty", after, 1)
 	start := time.Now()
@@ -104,45 +73,22 @@ func fillInstances(b *testing.B, c client.Client, n int) {
 		}
 	}
 	message := strings.Repeat("m", 4096)
-	work := make(chan int)
-	errs := make(chan error, 8)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for i := range work {
-				ai := &addonsv1alpha1.AddonInstance{
-					ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("addon-%03d", i/perNamespace), Name: fmt.Sprintf("addon-instance-%d", i%perNamespace)},
-					Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: 10 * time.Second}},
-				}
-				err := c.Create(ctx, ai)
-				if err == nil {
-					now := metav1.Now()
-					ai.Status.LastHeartbeatTime = now
-					for _, typ := range []string{"Degraded", "Installed", "Healthy", "ReadyToBeDeleted"} {
-						ai.Status.Conditions = append(ai.Status.Conditions, metav1.Condition{
-							Type: "addons.managed.openshift.io/" + typ, Status: metav1.ConditionFalse, Reason: "Bench",
-							Message: message, LastTransitionTime: now,
-						})
-					}
-					err = c.Status().Update(ctx, ai)
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
+	inParallel(b, n, func(i int) error {
+		ai := &addonsv1alpha1.AddonInstance{
+			ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("addon-%03d", i/perNamespace), Name: fmt.Sprintf("addon-instance-%d", i%perNamespace)},
+			Spec:       addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: 10 * time.Second}},
+		}
+		if err := c.Create(ctx, ai); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		ai.Status.LastHeartbeatTime = now
+		for _, typ := range []string{"Degraded", "Installed", "Healthy", "ReadyToBeDeleted"} {
+			ai.Status.Conditions = append(ai.Status.Conditions, metav1.Condition{
+				Type: "addons.managed.openshift.io/" + typ, Status: metav1.ConditionFalse, Reason: "Bench",
+				Message: message, LastTransitionTime: now,
+			})
+		}
+		return c.Status().Update(ctx, ai)
+	})
 }

@@ -280,29 +280,6 @@ func alertRules(t *testing.T, o *unstructured.Unstructured) []alertRule {
 	return out
 }
 
-func TestMonitoringSchemaRejectsInvalidValues(t *testing.T) {
-	tests := map[string]struct{ values, wantErr string }{
-		"unknown key":                  {`monitoring: {serviceMonitor: {enabled: true, port: metrics}}`, "additional properties 'port' not allowed"},
-		"interval not a duration":      {`monitoring: {podMonitor: {enabled: true, interval: 30 seconds}}`, "interval"},
-		"Go duration Prometheus lacks": {`monitoring: {serviceMonitor: {enabled: true, interval: 1m30.5s}}`, "interval"},
-		"enabled as a string":          {`monitoring: {prometheusRule: {enabled: "yes"}}`, "enabled"},
-		"runbook URL with an anchor":   {`monitoring: {prometheusRule: {enabled: true, runbookBaseURL: "https://example.com/r#x"}}`, "runbookBaseURL"},
-		"label value not a string":     {`monitoring: {dashboard: {enabled: true, labels: {grafana_dashboard: 1}}}`, "grafana_dashboard"},
-		"dashboard namespace":          {`monitoring: {dashboard: {enabled: true, namespace: Monitoring}}`, "namespace"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, _, err := chart.Render(chart.DefaultRelease, values(t, tc.values))
-			if err == nil {
-				t.Fatal("rendered; want the schema to refuse the values")
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("error %q does not mention %q", err, tc.wantErr)
-			}
-		})
-	}
-}
-
 // Must show: `promtool check rules` and `promtool test rules` pass on the
 // chart's rules, with unit tests (testdata/alerts_test.yaml) in which every
 // alert both fires and stays silent.
