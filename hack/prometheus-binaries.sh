@@ -32,7 +32,12 @@ if [[ ! -x "${out}/prometheus" || ! -x "${out}/promtool" ]]; then
 	log "building prometheus and promtool ${PROMETHEUS_VERSION}: about 6 minutes on 2 cores the first time, seconds once the Go build cache is warm"
 	start=${SECONDS}
 	# Prometheus' VERSION file says 3.x for the module's v0.3xx tags.
+	(cd "${tools}" && go mod download "${module}")
 	moddir="$(cd "${tools}" && go list -m -f '{{.Dir}}' "${module}")"
+	if [[ -z "${moddir}" || ! -f "${moddir}/VERSION" ]]; then
+		log "no VERSION file in the module folder of ${module}@${PROMETHEUS_VERSION} (${moddir:-not found})"
+		exit 1
+	fi
 	version="$(cat "${moddir}/VERSION")"
 	ldflags="-s -w -X github.com/prometheus/common/version.Version=${version} -X github.com/prometheus/common/version.Revision=${PROMETHEUS_VERSION} -X github.com/prometheus/common/version.Branch=module"
 	for cmd in promtool prometheus; do
