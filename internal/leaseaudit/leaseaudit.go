@@ -103,8 +103,9 @@ type Report struct {
 // or a renewal of the Lease named lease) was the last applied before it, and
 // within that write's renew deadline for the period it announced
 // (heartbeat.Timings; the longest the holder may lead on it). A deletion of
-// the Lease keeps the hold: its holder alone may still write until its hold
-// ends, and the next take starts another; a release ends it. Events before
+// the Lease keeps the hold, and so does the Lease made again with no holder
+// (by the webhook or a reporter): its holder alone may still write until its
+// hold ends, and the next take starts another; a release ends it. Events before
 // from only establish the hold in force at from.
 func Judge(events []Event, lease, instance string, from, to time.Time) Report {
 	var rep Report
@@ -134,7 +135,12 @@ func Judge(events []Event, lease, instance string, from, to time.Time) Report {
 				continue
 			}
 			h := ptr.Deref(l.Spec.HolderIdentity, "")
-			if h == "" {
+			switch {
+			case h == "" && l.Spec.RenewTime == nil:
+				// Made again with no holder after a deletion: the hold
+				// of the one deleted stands to its end.
+				continue
+			case h == "":
 				holder, renewed = "", time.Time{} // released: the hold ended
 				continue
 			}

@@ -18,14 +18,15 @@ import (
 const (
 	ns       = "addon"
 	instance = "addon-instance"
-	period   = 5 * time.Second // renew deadline 6.25s
+	period   = 5 * time.Second // renew deadline 7.5s
 )
 
 var lease = heartbeat.LeaseName(instance)
 
 // logOf writes an audit log (JSON lines, as the API server does) of steps:
 // "t verb holder" for a Lease write at t seconds ("" holder: a release;
-// verb delete), "t beat pod [code]" for a status write.
+// verb delete; verb vacant: the Lease made with no holder, as after a
+// deletion), "t beat pod [code]" for a status write.
 func logOf(t *testing.T, t0 time.Time, steps ...string) *bytes.Buffer {
 	t.Helper()
 	var buf bytes.Buffer
@@ -45,6 +46,10 @@ func logOf(t *testing.T, t0 time.Time, steps ...string) *bytes.Buffer {
 				fmt.Sscanf(f[3], "%d", &code)
 				ev["responseStatus"] = map[string]any{"code": code}
 			}
+		case "vacant":
+			ev["verb"] = "create"
+			ev["objectRef"] = map[string]any{"resource": "leases", "namespace": ns, "name": lease}
+			ev["requestObject"] = coordinationv1.Lease{}
 		default:
 			ev["verb"] = f[1]
 			ev["objectRef"] = map[string]any{"resource": "leases", "namespace": ns, "name": lease}
@@ -52,8 +57,9 @@ func logOf(t *testing.T, t0 time.Time, steps ...string) *bytes.Buffer {
 			if len(f) > 2 {
 				holder = f[2]
 			}
+			// A take, a renewal and a release all stamp renewTime.
 			ev["requestObject"] = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{heartbeat.PeriodAnnotation: period.String()}},
-				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: ptr.To(metav1.NewMicroTime(t0))}}
 		}
 		line, err := json.Marshal(ev)
 		if err != nil {
@@ -82,9 +88,11 @@ func TestJudge(t *testing.T) {
 		"the old holder writing after a takeover": {
 			steps: []string{"0 create a", "0.1 beat a", "5 update b", "5.5 beat a"}, holds: 2, violation: "heartbeat by pod a"},
 		"a heartbeat after the hold ended": {
-			steps: []string{"0 create a", "0.1 beat a", "6.3 beat a"}, holds: 1, violation: "after its hold ended"},
+			steps: []string{"0 create a", "0.1 beat a", "7.6 beat a"}, holds: 1, violation: "after its hold ended"},
 		"the holder finishing its hold after a deletion": {
 			steps: []string{"0 create a", "2 delete", "5 beat a", "7.5 create b", "7.6 beat b"}, holds: 2, writersWant: 2},
+		"the holder finishing its hold after a deletion and the Lease made again": {
+			steps: []string{"0 update a", "2 delete", "2.1 vacant", "5 beat a", "8.8 update b", "8.9 beat b"}, holds: 2, writersWant: 2},
 		"a standby writing between a deletion and its take": {
 			steps: []string{"0 create a", "2 delete", "3 beat b"}, holds: 1, violation: "heartbeat by pod b"},
 		"a heartbeat after a release": {

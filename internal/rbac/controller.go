@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,6 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
 // ManagedByLabel marks the RoleBindings this controller owns; one with the
@@ -92,14 +95,15 @@ var (
 func (c Config) CacheOptions() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&rbacv1.RoleBinding{}:        {Field: fields.OneTermEqualSelector("metadata.name", c.RoleBindingName)},
-		metadataOf(deploymentGVK):    {Transform: slimMetadata(annotations.Status)},
-		metadataOf(addonInstanceGVK): {Transform: slimMetadata()},
-		metadataOf(leaseGVK):         {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue}), Transform: slimMetadata()},
+		metadataOf(deploymentGVK):    {Transform: slimMetadata(compactRecord)},
+		metadataOf(addonInstanceGVK): {Transform: slimMetadata(nil)},
+		metadataOf(leaseGVK):         {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue}), Transform: slimMetadata(nil)},
 	}
 }
 
-// slimMetadata keeps an object's identity and the annotations named keep.
-func slimMetadata(keep ...string) toolscache.TransformFunc {
+// slimMetadata keeps an object's identity and, with record, the status
+// record annotation as record gives it.
+func slimMetadata(record func(string) string) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
 		if !ok {
@@ -109,16 +113,39 @@ func slimMetadata(keep ...string) toolscache.TransformFunc {
 			Name: m.Name, Namespace: m.Namespace, UID: m.UID,
 			ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
 		}}
-		for _, k := range keep {
-			if v, ok := m.Annotations[k]; ok {
-				if slim.Annotations == nil {
-					slim.Annotations = map[string]string{}
-				}
-				slim.Annotations[k] = v
-			}
+		if v, ok := m.Annotations[annotations.Status]; ok && record != nil {
+			slim.Annotations = map[string]string{annotations.Status: record(v)}
 		}
 		return slim, nil
 	}
+}
+
+// maxKeptInvalid bounds what the cache keeps of a status annotation that is
+// no record: enough to say what it was, in the reason it grants nothing.
+const maxKeptInvalid = 128
+
+// compactRecord is what the cache keeps of a Deployment's status record:
+// what the RBAC plan reads (the version, the ServiceAccount, the
+// AddonInstance and the signature), a few hundred bytes whatever the
+// annotation holds. Anyone who may write a Deployment may write that
+// annotation, up to 256 KiB, in every Deployment the webhook watches; kept
+// whole it would be the cache's memory to grow. A value that is no record
+// grants nothing, and is kept cut (and still no record: "..." ends no JSON
+// object).
+func compactRecord(v string) string {
+	rec, err := inject.ReadRecord(map[string]string{annotations.Status: v})
+	if err != nil || rec == nil {
+		if len(v) > maxKeptInvalid {
+			return v[:maxKeptInvalid] + "..."
+		}
+		return v
+	}
+	rec.Env = nil
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "" // a struct of strings and ints does not fail to encode
+	}
+	return string(b)
 }
 
 // Reconciler keeps the reporter RoleBinding of one namespace (the request's
@@ -248,8 +275,11 @@ func (r *Reconciler) listMetadata(ctx context.Context, gvk schema.GroupVersionKi
 // ensureLeases creates the election Leases that do not exist yet, with no
 // holder: the reporter role has no create (RBAC cannot limit create by name,
 // so a create permission would let a tenant make any Lease of its namespace).
-func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []string) error {
-	for _, name := range leases {
+// Each names its AddonInstance (heartbeat.InstanceAnnotation) from the start,
+// so that the fencing policy admits no heartbeat until a reporter takes it.
+func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns string, leases []Lease) error {
+	for _, l := range leases {
+		name := l.Name
 		existing := metadataOf(leaseGVK)
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, existing)
 		if err == nil {
@@ -259,7 +289,8 @@ func (r *Reconciler) ensureLeases(ctx context.Context, log logr.Logger, ns strin
 			return fmt.Errorf("reading Lease %s/%s: %w", ns, name, err)
 		}
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
+			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
+			Annotations: map[string]string{heartbeat.InstanceAnnotation: l.Instance}}}
 		switch err := r.Client.Create(ctx, lease); {
 		case apierrors.IsAlreadyExists(err):
 			// Made by a reporter that could still create Leases (an

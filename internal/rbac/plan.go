@@ -27,14 +27,19 @@ type Deployment struct {
 	Annotations map[string]string
 }
 
+// Lease is an election Lease and the AddonInstance it elects the writer for.
+type Lease struct {
+	Name, Instance string
+}
+
 // Grant is what one namespace is given.
 type Grant struct {
 	// Subjects of the reporter RoleBinding, sorted; none means no
 	// RoleBinding.
 	Subjects []rbacv1.Subject
 	// Leases are the election Leases to create (the reporters may not),
-	// sorted.
-	Leases []string
+	// sorted by name.
+	Leases []Lease
 	// Refused says, per Deployment, why its record grants nothing.
 	Refused map[string]string
 }
@@ -57,7 +62,8 @@ type Grant struct {
 // nothing.
 func Plan(namespace string, deps []Deployment, instances, bound []string, key []byte) Grant {
 	g := Grant{Refused: map[string]string{}}
-	var names, leases []string
+	var names []string
+	var leases []Lease
 	keep := false
 	for _, d := range deps {
 		rec, err := inject.ReadRecord(d.Annotations)
@@ -78,7 +84,7 @@ func Plan(namespace string, deps []Deployment, instances, bound []string, key []
 			continue
 		}
 		names = append(names, rec.ServiceAccount)
-		leases = append(leases, heartbeat.LeaseName(rec.AddonInstance))
+		leases = append(leases, Lease{Name: heartbeat.LeaseName(rec.AddonInstance), Instance: rec.AddonInstance})
 	}
 	if keep && len(instances) > 0 {
 		names = append(names, bound...)
@@ -87,7 +93,7 @@ func Plan(namespace string, deps []Deployment, instances, bound []string, key []
 	for _, n := range slices.Compact(names) {
 		g.Subjects = append(g.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: n, Namespace: namespace})
 	}
-	slices.Sort(leases)
+	slices.SortFunc(leases, func(a, b Lease) int { return cmp.Compare(a.Name, b.Name) })
 	g.Leases = slices.Compact(leases)
 	return g
 }

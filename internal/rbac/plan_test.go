@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -29,11 +30,11 @@ func TestPlan(t *testing.T) {
 		instances []string
 		bound     []string
 		subjects  []string
-		leases    []string
+		leases    []Lease
 		refused   []string
 	}{
 		"signed, its AddonInstance exists": {deps: []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}},
-			instances: []string{"addon-instance"}, subjects: []string{"sa-a"}, leases: []string{"addon-heartbeat-addon-instance"}},
+			instances: []string{"addon-instance"}, subjects: []string{"sa-a"}, leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}}},
 		"no AddonInstance: not an addon's namespace": {deps: []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}},
 			refused: []string{"a"}},
 		"another AddonInstance exists":   {deps: []Deployment{{"a", signed(ns, "sa-a", "mine")}}, instances: []string{"addon-instance"}, refused: []string{"a"}},
@@ -45,7 +46,7 @@ func TestPlan(t *testing.T) {
 		"version 1 records keep what is bound, add nothing": {
 			deps:      []Deployment{{"old", v1}, {"new", signed(ns, "sa-new", "addon-instance")}},
 			instances: []string{"addon-instance"}, bound: []string{"sa-old"},
-			subjects: []string{"sa-new", "sa-old"}, leases: []string{"addon-heartbeat-addon-instance"}, refused: []string{"old"}},
+			subjects: []string{"sa-new", "sa-old"}, leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}}, refused: []string{"old"}},
 		// A tenant can write a version 1 record too: it keeps nothing once
 		// the AddonInstance is gone, and a version 2 record without a
 		// valid signature, or a value that is no record, keeps nothing.
@@ -60,7 +61,7 @@ func TestPlan(t *testing.T) {
 		"sorted, no duplicates, a Lease per instance": {
 			deps:      []Deployment{{"b", signed(ns, "sa-b", "second")}, {"a", signed(ns, "sa-a", "addon-instance")}, {"c", signed(ns, "sa-b", "addon-instance")}},
 			instances: []string{"addon-instance", "second"}, subjects: []string{"sa-a", "sa-b"},
-			leases: []string{"addon-heartbeat-addon-instance", "addon-heartbeat-second"}},
+			leases: []Lease{{Name: "addon-heartbeat-addon-instance", Instance: "addon-instance"}, {Name: "addon-heartbeat-second", Instance: "second"}}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -90,5 +91,44 @@ func TestPlan(t *testing.T) {
 	// Without the key nothing verifies.
 	if g := Plan(ns, []Deployment{{"a", signed(ns, "sa-a", "addon-instance")}}, []string{"addon-instance"}, nil, nil); len(g.Subjects) != 0 {
 		t.Errorf("bound without a key: %v", g.Subjects)
+	}
+}
+
+// The cache keeps a few hundred bytes of a status annotation whatever it
+// holds, and the plan reads the same from it: a valid record stays valid
+// (signature and all) without the container list it does not need; a value
+// that is no record stays none, cut.
+func TestTheCacheKeepsACompactRecord(t *testing.T) {
+	const ns = "addon"
+	envs := make([]string, 200)
+	for i := range envs {
+		envs[i] = fmt.Sprintf("%q", fmt.Sprintf("container-%03d-with-a-long-name-for-its-size", i))
+	}
+	valid := fmt.Sprintf(`{"version":2,"sidecar":"initContainers","env":[%s],"serviceAccount":"sa-a","addonInstance":"addon-instance","signature":%q}`,
+		strings.Join(envs, ","), inject.Sign(testKey, ns, "sa-a", "addon-instance"))
+	tests := map[string]struct {
+		value      string
+		wantRecord bool
+	}{
+		"a signed record with 200 containers": {value: valid, wantRecord: true},
+		"a record and 200 KiB after it":       {value: valid + strings.Repeat(" x", 100<<10)},
+		"200 KiB of no record":                {value: strings.Repeat("{", 200<<10)},
+		"a short value that is no record":     {value: "yes"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kept := compactRecord(tc.value)
+			if len(kept) > 400 {
+				t.Errorf("kept %d bytes of a %d-byte value", len(kept), len(tc.value))
+			}
+			g := Plan(ns, []Deployment{{Name: "d", Annotations: map[string]string{annotations.Status: kept}}},
+				[]string{"addon-instance"}, nil, testKey)
+			if bound := len(g.Subjects) == 1 && g.Subjects[0].Name == "sa-a"; bound != tc.wantRecord {
+				t.Errorf("from what the cache keeps, the plan binds %v (refused: %v), want a binding %v", g.Subjects, g.Refused, tc.wantRecord)
+			}
+			if !tc.wantRecord && len(g.Refused["d"]) > 300 {
+				t.Errorf("a %d-byte reason: %.100s...", len(g.Refused["d"]), g.Refused["d"])
+			}
+		})
 	}
 }

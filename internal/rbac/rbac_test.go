@@ -18,6 +18,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/annotations"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
 
 const reporterRole = "addon-heartbeat-reporter"
@@ -72,11 +73,13 @@ func TestReporterPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSubjects(t, ns, "my-addon-sa")
-	// The reporter may not create its election Lease: the controller did.
+	// The reporter may not create its election Lease: the controller did,
+	// with no holder, naming its AddonInstance for the fencing policy.
 	poll(t, "the election Lease created by the controller", func(ctx context.Context) (bool, string) {
 		var l coordinationv1.Lease
 		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "addon-heartbeat-addon-instance"}, &l)
-		return err == nil && l.Labels[rbac.ManagedByLabel] == rbac.ManagedByValue && l.Spec.HolderIdentity == nil, fmt.Sprint(err)
+		return err == nil && l.Labels[rbac.ManagedByLabel] == rbac.ManagedByValue && l.Spec.HolderIdentity == nil &&
+			l.Annotations[heartbeat.InstanceAnnotation] == "addon-instance", fmt.Sprintf("%v %v", err, l.Annotations)
 	})
 
 	const ai, group = "addon-instance", "addons.managed.openshift.io"

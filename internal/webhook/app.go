@@ -394,6 +394,17 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 		LeaderElectionNamespace: o.Namespace,
 		// Hand over at once on SIGTERM, so a rollout never waits a lease out.
 		LeaderElectionReleaseOnCancel: true,
+		// A replica that cannot renew within the renew deadline stops, and
+		// takes its webhook server down with it: with client-go's 15s/10s,
+		// a kube-apiserver restart of over 10 s (an upgrade, a slow start)
+		// stopped every replica, and with failurePolicy Fail no Deployment
+		// could be admitted until the kubelet restarted them. OpenShift's
+		// values for its own operators (library-go's LeaderElectionDefaulting)
+		// ride out 60 s of API server downtime; the writing controllers only
+		// take over later on a real failover, which nothing waits for.
+		LeaseDuration: ptr.To(137 * time.Second),
+		RenewDeadline: ptr.To(107 * time.Second),
+		RetryPeriod:   ptr.To(26 * time.Second),
 		Cache: cache.Options{
 			ByObject:         byObject,
 			DefaultTransform: cache.TransformStripManagedFields(),

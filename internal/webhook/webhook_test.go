@@ -261,7 +261,7 @@ func TestInvalidAnnotationDenied(t *testing.T) {
 		"status":         {key: annotations.Status, value: "done", expected: "record written by the addon-heartbeat webhook"},
 		// A 40 KB URL: the denial names the key, the length and the limit,
 		// and shows only the start of the value.
-		"health-url of 40 KB": {key: annotations.HealthURL, value: long, shown: `"` + long[:64] + `..."`,
+		"health-url of 40 KB": {key: annotations.HealthURL, value: long, shown: `"` + long[:64] + `"... (40982 bytes)`,
 			expected: "a URL of at most 2048 bytes (this one has 40982)"},
 	}
 	for name, tc := range tests {

@@ -19,7 +19,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -197,7 +199,25 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s: invalid value %q: expected %s", e.Place, e.Key, e.Value, e.Expected)
+	return fmt.Sprintf("%s %s: invalid value %s: expected %s", e.Place, e.Key, quoteBounded(e.Value), e.Expected)
+}
+
+// maxQuoted bounds how much of a value an error quotes: an annotation value
+// may be up to 256 KiB, and a denial, a log line or an event that repeated it
+// whole would carry all of it.
+const maxQuoted = 64
+
+// quoteBounded quotes v, or its first maxQuoted bytes (at a character
+// boundary) and its length when it is longer.
+func quoteBounded(v string) string {
+	if len(v) <= maxQuoted {
+		return strconv.Quote(v)
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:cut], len(v))
 }
 
 // Found is one place where a key was found, with its value there.
@@ -215,7 +235,7 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	parts := make([]string, len(e.Found))
 	for i, f := range e.Found {
-		parts[i] = fmt.Sprintf("%q in %s", f.Value, f.Place.where())
+		parts[i] = fmt.Sprintf("%s in %s", quoteBounded(f.Value), f.Place.where())
 	}
 	return fmt.Sprintf("%s is %s: set it in one place, or to the same value in each", e.Key, strings.Join(parts, " and "))
 }
@@ -326,7 +346,7 @@ const MaxHealthURLLength = 2048
 func ValidateHealthURL(v string) error {
 	if len(v) > MaxHealthURLLength {
 		// The value is cut in the message: a denial must stay readable.
-		return &Error{Key: HealthURL, Value: v[:64] + "...",
+		return &Error{Key: HealthURL, Value: v,
 			Expected: fmt.Sprintf("a URL of at most %d bytes (this one has %d)", MaxHealthURLLength, len(v))}
 	}
 	bad := func(why string) error {

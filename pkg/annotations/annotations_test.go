@@ -180,3 +180,43 @@ func TestValidateHealthURL(t *testing.T) {
 		})
 	}
 }
+
+// An annotation value may be up to 256 KiB: an error quotes its first 64
+// bytes and says its length, so that a denial or a log line stays short.
+func TestErrorsQuoteLongValuesBounded(t *testing.T) {
+	long := strings.Repeat("x", 300<<10)
+	tests := map[string]struct {
+		src     Sources
+		wantErr []string
+	}{
+		"invalid value": {src: Sources{Annotations: map[string]string{Inject: "true", DeleteAck: long}},
+			wantErr: []string{"annotation " + DeleteAck, `"` + strings.Repeat("x", 64) + `"... (307200 bytes)`, `expected "auto" or "manual"`}},
+		"conflict": {src: Sources{
+			Annotations: map[string]string{Inject: "true", AddonInstance: long},
+			Labels:      map[string]string{AddonInstance: "mine"},
+		}, wantErr: []string{AddonInstance, "(307200 bytes) in the Deployment's annotations", `"mine" in the Deployment's labels`}},
+		"health URL": {src: Sources{Annotations: map[string]string{Inject: "true", HealthURL: "http://127.0.0.1:8081/" + long}},
+			wantErr: []string{HealthURL, "(307222 bytes)", "a URL of at most 2048 bytes (this one has 307222)"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse(tc.src)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if len(msg) > 400 {
+				t.Errorf("a %d-byte message: %.200s...", len(msg), msg)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %.300q does not say %q", msg, w)
+				}
+			}
+		})
+	}
+	// A multi-byte character is not cut in half.
+	if got := quoteBounded(strings.Repeat("é", 100)); !strings.HasPrefix(got, `"`+strings.Repeat("é", 32)+`"...`) {
+		t.Errorf("quoteBounded cut a character: %s", got)
+	}
+}

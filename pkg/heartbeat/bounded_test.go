@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -122,5 +123,79 @@ func TestAPeriodBelowTheFloorIsFollowedAtTheFloorAndSaidOnce(t *testing.T) {
 				t.Errorf("addon_heartbeat_period_requested_seconds = %v, want %v", got, asked.Seconds())
 			}
 		})
+	}
+}
+
+// What an SDK user passes is bounded too: a component reason past
+// metav1.Condition's 1,024 bytes (it becomes Degraded's reason, which the API
+// server would refuse with the whole write), more condition types than
+// MaxConditions (each rides every status write), more components than
+// MaxComponents: each is refused with an error that says the bound, quotes at
+// most the first 64 bytes of what it refuses, and keeps what was set before.
+// Then, against the real API server, a status with MaxConditions conditions
+// of MaxMessage bytes each, besides the Reporter's own, is written at once.
+func TestSDKInputsAreBounded(t *testing.T) {
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", time.Second)
+	rec := record(t, ns, "addon-instance")
+	r := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"})
+	long := strings.Repeat("A", 2000)
+	if err := r.SetHealth(Component{Name: "db", Reason: long}); err == nil || !strings.Contains(err.Error(), "at most 1024 bytes") ||
+		len(err.Error()) > 300 {
+		t.Errorf("SetHealth with a 2000-byte reason: %v", err)
+	}
+	if err := r.SetCondition(metav1.Condition{Type: "example.com/Ready", Status: metav1.ConditionTrue, Reason: long}); err == nil ||
+		!strings.Contains(err.Error(), "at most 1024 bytes") || len(err.Error()) > 300 {
+		t.Errorf("SetCondition with a 2000-byte reason: %v", err)
+	}
+	for i := range MaxConditions {
+		if err := r.SetCondition(metav1.Condition{Type: fmt.Sprintf("example.com/Check%02d", i), Status: metav1.ConditionTrue,
+			Reason: "Checked", Message: strings.Repeat("m", 2*MaxMessage)}); err != nil {
+			t.Fatalf("condition %d: %v", i, err)
+		}
+	}
+	err := r.SetCondition(metav1.Condition{Type: "example.com/OneTooMany", Status: metav1.ConditionTrue, Reason: "Checked"})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d conditions", MaxConditions)) {
+		t.Errorf("condition %d: %v, want refused naming the bound", MaxConditions+1, err)
+	}
+	// Setting one already there again is no new one.
+	if err := r.SetCondition(metav1.Condition{Type: "example.com/Check00", Status: metav1.ConditionFalse, Reason: "Failed"}); err != nil {
+		t.Errorf("setting an existing condition again: %v", err)
+	}
+	for i := range MaxComponents {
+		if err := r.SetHealth(Component{Name: fmt.Sprintf("c%04d", i), Available: true}); err != nil {
+			t.Fatalf("component %d: %v", i, err)
+		}
+	}
+	if err := r.SetHealth(Component{Name: strings.Repeat("z", 500), Available: true}); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("at most %d components", MaxComponents)) || len(err.Error()) > 300 {
+		t.Errorf("component %d: %v, want refused naming the bound", MaxComponents+1, err)
+	}
+
+	// The next heartbeat carries them all, each message cut to MaxMessage.
+	var last *addonsv1alpha1.AddonInstance
+	eventually(t, 30*time.Second, "a heartbeat with every condition set", func() (bool, error) {
+		for _, b := range rec.snapshot() {
+			if c := meta.FindStatusCondition(b.obj.Status.Conditions, "example.com/Check00"); c != nil && c.Reason == "Failed" {
+				last = b.obj
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	got := 0
+	for _, c := range last.Status.Conditions {
+		if strings.HasPrefix(c.Type, "example.com/") {
+			got++
+			if len(c.Message) > MaxMessage {
+				t.Errorf("condition %s: a %d-byte message", c.Type, len(c.Message))
+			}
+		}
+	}
+	if got != MaxConditions {
+		t.Errorf("%d of the addon's conditions written, want %d", got, MaxConditions)
+	}
+	if r.metric(t, sentTotal) < 1 || r.metric(t, failTotal) != 0 {
+		t.Errorf("heartbeats %v, failed %v", r.metric(t, sentTotal), r.metric(t, failTotal))
 	}
 }

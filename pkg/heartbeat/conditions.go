@@ -217,11 +217,11 @@ func ValidateCondition(c metav1.Condition) error {
 	case c.Type == ConditionHealthy || c.Type == string(addonsv1alpha1.AddonInstanceConditionHealthy):
 		return fmt.Errorf("condition %s is computed by the addon-operator and cannot be set", c.Type)
 	case !typePattern.MatchString(c.Type) || len(c.Type) > 316:
-		return fmt.Errorf("condition type %q: expected a qualified name such as %s", c.Type, ConditionDegraded)
+		return fmt.Errorf("condition type %s: expected a qualified name of at most 316 bytes such as %s", quoteBounded(c.Type), ConditionDegraded)
 	case c.Status != metav1.ConditionTrue && c.Status != metav1.ConditionFalse && c.Status != metav1.ConditionUnknown:
-		return fmt.Errorf("condition %s: status %q: expected True, False or Unknown", c.Type, c.Status)
-	case !reasonPattern.MatchString(c.Reason) || len(c.Reason) > 1024:
-		return fmt.Errorf("condition %s: reason %q: expected a CamelCase word", c.Type, c.Reason)
+		return fmt.Errorf("condition %s: status %s: expected True, False or Unknown", c.Type, quoteBounded(string(c.Status)))
+	case !reasonPattern.MatchString(c.Reason) || len(c.Reason) > maxReason:
+		return fmt.Errorf("condition %s: reason %s: expected a CamelCase word of at most %d bytes", c.Type, quoteBounded(c.Reason), maxReason)
 	case len(c.Message) > 32768:
 		return fmt.Errorf("condition %s: message longer than 32768 characters", c.Type)
 	}

@@ -23,19 +23,21 @@
 // replicas hold no cache at all.
 //
 // Leader election: the Lease lives in the AddonInstance's namespace and its
-// holder is the pod name. The leader renews it in the same tick as each
-// heartbeat, so it writes the Lease once per period, and announces the period on it
-// (PeriodAnnotation); standbys watch it (one event per renewal, no reads) and
-// take it over once it has not changed for its lease duration, judged by
+// holder is the pod name. Each period the leader writes its heartbeat and
+// then renews the Lease, so it writes the Lease once per period and every
+// renewal follows a heartbeat that went through; it announces the period on
+// it (PeriodAnnotation). Standbys watch it (one event per renewal, no reads)
+// and take it over once it has not changed for its lease duration, judged by
 // their own clock, after reading the AddonInstance's period again. The
-// timings (see Timings) keep the gap a killed leader leaves under 2 x
-// period, inside the operator's 3 x period timeout, and follow a period
-// change with the next renewal. A process that finds the Lease missing
-// without having watched it go waits a lease duration before making it (its
-// last holder may still be finishing its hold), except on a first install. A leader that cannot
-// renew within its renew deadline, or finds another holder, stops writing at
-// once. A Reporter that stops releases the Lease, and a standby takes it as
-// the watch brings the release.
+// timings (see Timings) keep the gap a killed leader leaves at 1.75 x
+// period, under 2, inside the operator's 3 x period timeout, and follow a
+// period change with the next renewal. A missing Lease is made again with no
+// holder and taken only when the term of the holder of the one that went has
+// ended, or, when that holder's record was not seen, a lease duration after
+// the new one was (except on a first install). A leader that cannot write
+// within its hold, or finds another holder, stops writing at once. A
+// Reporter that stops releases the Lease, and a standby takes it as the
+// watch brings the release.
 // NeedLeaderElection is false: the election is per AddonInstance and spans
 // every Deployment that reports into it, which a manager's own election does
 // not. With Options.DisableLeaderElection the manager's election gates the

@@ -209,3 +209,31 @@ func (c *drivenClock) beatAt(t *testing.T, rec *recorder, at time.Time) beat {
 	})
 	return got
 }
+
+// fireNextUntil moves the clock to the earliest deadline armed, again and
+// again (whatever armed it), until done holds or limit would be passed. It
+// is for schedules a test cannot name to the millisecond (jittered retries).
+func (c *drivenClock) fireNextUntil(t *testing.T, limit time.Time, what string, done func() bool) {
+	t.Helper()
+	ok := c.until(func() bool {
+		if done() {
+			return true
+		}
+		c.mu.Lock()
+		var next time.Time
+		for _, d := range c.armed {
+			if next.IsZero() || d.Before(next) {
+				next = d
+			}
+		}
+		c.mu.Unlock()
+		if !next.IsZero() && !next.After(limit) {
+			c.setTime(next)
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("%s: not by %s within %s (now %s; armed, from now: %s)",
+			what, limit.Format(time.StampMilli), driveTimeout, c.Now().Format(time.StampMilli), c.deadlines(c.Now()))
+	}
+}

@@ -58,6 +58,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		}
 		// The term ended with ctx still running: the Lease was lost, and
 		// the next campaign reads the AddonInstance again.
+		r.lock.yield()
 	}
 	r.log.Info("heartbeat reporter stopped")
 	return nil
@@ -101,20 +102,22 @@ func (r *Reporter) campaign(ctx context.Context, log logr.Logger) bool {
 			// after it sees it, and a bound from before would end that
 			// hold early). Once per record: a standby waiting out a
 			// live holder reads nothing; one about to take reads once.
+			// The read shows the spec as of some instant after it was
+			// sent: it is as fresh as its sending, not its answer (which
+			// a slow API server may give long after a record it judges).
+			sent := r.clock.Now()
 			p, fresh, perr := r.probe(ctx)
 			switch {
 			case perr == nil:
-				period, probed = p, r.clock.Now()
+				period, probed = p, sent
 				r.lock.maxDuration = Timings(period).LeaseDuration
 				r.lock.vacancyWait = vacancyWait(period, fresh)
-			case err == nil && r.lock.claimed() > r.lock.maxDuration:
-				// Only the bound from an older read ends that hold:
-				// no take on it, try again at the retry pace.
+			case err == nil:
+				// No take on an older read: the hold it would
+				// announce, and the bounds it would judge by, may be
+				// on a period the others no longer follow. Try again
+				// at the retry pace.
 				err = perr
-			case probed.IsZero():
-				// Never read: no bound yet, and a vacancy is waited
-				// for on the last period known.
-				r.lock.vacancyWait = vacancyWait(period, false)
 			}
 			if !campaignSaid {
 				log.V(1).Info("campaigning", "identity", r.opts.Identity, "timings", Timings(period))
@@ -142,6 +145,10 @@ func (r *Reporter) campaign(ctx context.Context, log logr.Logger) bool {
 		case held:
 			r.metrics.elections.WithLabelValues(electionAcquired).Inc()
 			return true
+		case !r.lock.heldByOther(r.clock.Now()):
+			// Not held, not taken: the Lease is being made, or this
+			// process waits for its watch to catch up.
+			r.metrics.elections.WithLabelValues(electionWaiting).Inc()
 		default:
 			r.metrics.elections.WithLabelValues(electionHeld).Inc()
 			if r.lock.heldBySameIdentity() && !sameIdentitySaid {
@@ -181,11 +188,7 @@ func (r *Reporter) watchLease(ctx context.Context, read bool) (watch.Interface, 
 			return nil, err
 		}
 	}
-	rv := ""
-	if r.lock.lease != nil {
-		rv = r.lock.lease.ResourceVersion
-	}
-	w, err := r.kube.watchLease(ctx, r.lock.key, rv)
+	w, err := r.kube.watchLease(ctx, r.lock.key, r.lock.lastVersion)
 	if err != nil {
 		return nil, fmt.Errorf("watching Lease %s: %w", r.lock.key, err)
 	}
@@ -216,11 +219,15 @@ func awaitLease(ctx context.Context, w watch.Interface, lock *leaseLock, timeout
 		switch ev.Type {
 		case watch.Added, watch.Modified:
 			if lease, isLease := ev.Object.(*coordinationv1.Lease); isLease {
-				lock.observe(lease, lock.clock.Now())
+				lock.observe(lease, lease.ResourceVersion, lock.clock.Now())
 			}
 			return true, true
 		case watch.Deleted:
-			lock.observe(nil, lock.clock.Now())
+			version := ""
+			if lease, isLease := ev.Object.(*coordinationv1.Lease); isLease {
+				version = lease.ResourceVersion
+			}
+			lock.observe(nil, version, lock.clock.Now())
 			return true, true
 		case watch.Bookmark:
 			return true, true
@@ -321,6 +328,12 @@ func (r *Reporter) lead(ctx context.Context, lock *leaseLock) {
 			t.watchDeadline(ctx)
 		}()
 	}
+	// Probes of the API server's clock, while a correction needs them.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.probeClock(ctx)
+	}()
 	kick := make(chan struct{}, 1)
 	signal := func(any) {
 		select {
@@ -437,6 +450,45 @@ func (t *term) setDeadline(at time.Time) { t.deadline.Store(&at) }
 // holdEnd is the end of the hold (see setDeadline).
 func (t *term) holdEnd() time.Time { return *t.deadline.Load() }
 
+// probeClock narrows the estimate of the API server's clock while it
+// corrects local time (see serverClock.probeAt): after a status write says
+// so (clockKick), a run of up to clockProbes requests, each at the instant
+// the estimate names; at most one run every clockProbeEvery. A clock in sync
+// is never probed.
+func (t *term) probeClock(ctx context.Context) {
+	r := t.r
+	var last time.Time // the end of the last run
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clockKick:
+		}
+		if !last.IsZero() && r.clock.Since(last) < clockProbeEvery {
+			continue
+		}
+		for range clockProbes {
+			now := r.clock.Now()
+			at, ok := r.serverClock.probeAt(now)
+			if !ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.clock.After(at.Sub(now)):
+			}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			// What counts is the Date of the answer, which the transport
+			// records; a failed request is a failed probe, and the run
+			// goes on.
+			_ = r.kube.version(pctx)
+			cancel()
+			last = r.clock.Now()
+		}
+	}
+}
+
 // watchDeadline ends the term when the hold runs out.
 func (t *term) watchDeadline(ctx context.Context) {
 	clk := t.r.clock
@@ -523,7 +575,20 @@ func (t *term) observe() target {
 	return target{present: true, uid: ai.UID, period: Period(ai)}
 }
 
-// beat is one heartbeat of the loop: renew the Lease, then write.
+// beat is one heartbeat of the loop: write, then renew the Lease.
+//
+// The order is what bounds the gap a failed leader leaves. A standby takes
+// the Lease one lease duration after the last renewal it saw, so a renewal
+// must never announce a heartbeat that was not written: renewed first, a
+// leader killed (or cut off, or failing) between its renewal and its write
+// would leave its last heartbeat a period before that renewal, a gap of a
+// period plus a lease duration. Written first, the write goes out on the
+// hold the previous renewal gave (a renew deadline, 1.5 periods, from that
+// renewal: half a period to spare), and the renewal follows only a heartbeat
+// that went through: whatever fails, the last renewal comes right after the
+// last heartbeat and the gap is a lease duration (see Timings). A write that
+// fails renews nothing: the hold runs out unless a retry within it
+// succeeds, and a standby that can write takes over.
 func (t *term) beat(ctx context.Context) beatResult {
 	r := t.r
 	r.activity.mark(r.clock.Now())
@@ -532,18 +597,23 @@ func (t *term) beat(ctx context.Context) beatResult {
 	if ai != nil {
 		period = Period(ai)
 	}
-	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
-	defer cancel()
-	if t.lock != nil && !t.renew(ctx, period) {
-		return beatFailed
-	}
 	if ai == nil {
-		if !r.waiting {
-			if t.instance.HasSynced() {
-				r.log.Info("waiting for the AddonInstance to exist")
-			} else {
+		if !t.instance.HasSynced() {
+			// No view of the AddonInstance yet: no heartbeat, so no
+			// renewal either (see above).
+			if !r.waiting {
 				r.log.Info("waiting for the AddonInstance watch to sync")
+				r.waiting = true
 			}
+			return beatFailed
+		}
+		// Nothing to heartbeat into: keep the Lease, so that the
+		// first heartbeat goes out as soon as the AddonInstance exists.
+		if t.lock != nil && !t.renew(ctx, period) {
+			return beatFailed
+		}
+		if !r.waiting {
+			r.log.Info("waiting for the AddonInstance to exist")
 			r.waiting = true
 		}
 		return beatWaiting
@@ -552,35 +622,45 @@ func (t *term) beat(ctx context.Context) beatResult {
 		r.log.Info("AddonInstance found: sending heartbeats")
 		r.waiting = false
 	}
-	comps := t.components(ctx, period)
+	wctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
+	defer cancel()
+	comps := t.components(wctx, period)
 
 	start := r.clock.Now()
 	base := t.newest(ai)
-	written, over, err := r.write(ctx, base, comps, t.held)
+	written, over, err := r.write(wctx, base, comps, t.held)
 	r.metrics.latency.Observe(r.clock.Since(start).Seconds())
-	if err == nil {
-		t.wrote(base, written, over)
-		r.metrics.sent.Inc()
-		r.metrics.lastSuccess.Set(float64(r.clock.Now().UnixNano()) / 1e9)
-		if r.failing {
-			r.log.Info("heartbeats resumed")
-			r.failing = false
+	if err != nil {
+		reason := failureReason(err)
+		r.metrics.failed.WithLabelValues(reason).Inc()
+		if reason == failNotFound {
+			// Deleted since the cache saw it: the watch reports the
+			// deletion, and the next beat finds nothing to write to.
+			return beatWaiting
 		}
-		return beatWritten
+		r.failing = true
+		switch reason {
+		case failForbidden:
+			r.limiter.logError(r.log, err, "heartbeat forbidden: bind the reporter role to this ServiceAccount", "reason", reason)
+		case failFenced:
+			r.limiter.logError(r.log, err, "heartbeat refused by the fencing policy: the Lease has another holder, or none", "reason", reason)
+		default:
+			r.limiter.logError(r.log, err, "heartbeat failed", "reason", reason)
+		}
+		return beatFailed
 	}
-	reason := failureReason(err)
-	r.metrics.failed.WithLabelValues(reason).Inc()
-	if reason == failNotFound {
-		// Deleted since the cache saw it: the watch reports the deletion.
-		return beatWaiting
+	t.wrote(base, written, over)
+	r.metrics.sent.Inc()
+	r.metrics.lastSuccess.Set(float64(r.clock.Now().UnixNano()) / 1e9)
+	if r.failing {
+		r.log.Info("heartbeats resumed")
+		r.failing = false
 	}
-	r.failing = true
-	if reason == failForbidden {
-		r.limiter.logError(r.log, err, "heartbeat forbidden: bind the reporter role to this ServiceAccount", "reason", reason)
-	} else {
-		r.limiter.logError(r.log, err, "heartbeat failed", "reason", reason)
+	if t.lock != nil && !t.renew(ctx, period) {
+		// The heartbeat is written; the retry writes another and renews.
+		return beatFailed
 	}
-	return beatFailed
+	return beatWritten
 }
 
 // held reports whether the term's hold still runs (always, without leader
@@ -589,10 +669,13 @@ func (t *term) held() bool {
 	return t.lock == nil || t.r.clock.Now().Before(t.lock.validUntil)
 }
 
-// renew extends the hold before a heartbeat. False means the heartbeat must
-// not be written.
+// renew extends the hold after a heartbeat (or, with no AddonInstance to
+// write to, in its place), bounded like a write of its own. False means the
+// hold was not extended.
 func (t *term) renew(ctx context.Context, period time.Duration) bool {
 	r := t.r
+	ctx, cancel := context.WithTimeout(ctx, WriteTimeout(period))
+	defer cancel()
 	err := t.lock.renew(ctx, period)
 	switch {
 	case err == nil:

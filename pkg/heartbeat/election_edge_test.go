@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -52,14 +53,16 @@ func TestADeletedLeaseKeepsItsHoldersTermToTheEnd(t *testing.T) {
 			t0 := clk.Now()
 			// No kube: a request would panic, and none may be sent.
 			l := &leaseLock{identity: "pod-b", process: "p-b", clock: clk}
-			l.observe(heldLease("uid-1", "pod-a", "p-a", period, t0), t0)
+			l.observe(heldLease("uid-1", "pod-a", "p-a", period, t0), "", t0)
 			clk.Step(100 * time.Millisecond)
-			l.observe(after, clk.Now())
+			l.observe(after, "", clk.Now())
 			if !l.heldByOther(clk.Now()) {
 				t.Fatal("the term of the deleted Lease's holder is over at once")
 			}
-			if held, err := l.acquire(context.Background(), period); held || err != nil {
-				t.Fatalf("acquire = %v, %v while the old holder's term runs", held, err)
+			if after != nil {
+				if held, err := l.acquire(context.Background(), period); held || err != nil {
+					t.Fatalf("acquire = %v, %v while the old holder's term runs", held, err)
+				}
 			}
 			want := hold - 100*time.Millisecond + time.Millisecond // the old term's end
 			if after != nil && after.Spec.HolderIdentity != nil {
@@ -81,8 +84,8 @@ func TestADeletedLeaseKeepsItsHoldersTermToTheEnd(t *testing.T) {
 		// ended (it stopped writing first): it may take the Lease again.
 		clk := clocktesting.NewFakeClock(time.Now())
 		l := &leaseLock{identity: "pod-a", process: "p-a", clock: clk}
-		l.observe(heldLease("uid-1", "pod-a", "p-a", period, clk.Now()), clk.Now())
-		l.observe(nil, clk.Now())
+		l.observe(heldLease("uid-1", "pod-a", "p-a", period, clk.Now()), "", clk.Now())
+		l.observe(nil, "", clk.Now())
 		if l.heldByOther(clk.Now()) {
 			t.Error("its own deleted hold fences the holder itself")
 		}
@@ -98,7 +101,7 @@ func TestARecordOfTheSameIdentityByAnotherProcessIsAnotherHolders(t *testing.T) 
 	clk := clocktesting.NewFakeClock(time.Now())
 	t0 := clk.Now()
 	l := &leaseLock{identity: "twin", process: "p-2", clock: clk}
-	l.observe(heldLease("uid-1", "twin", "p-1", period, t0), t0)
+	l.observe(heldLease("uid-1", "twin", "p-1", period, t0), "", t0)
 	if !l.heldByOther(t0) || !l.heldBySameIdentity() {
 		t.Fatal("another process's hold under this identity is taken as this process's own")
 	}
@@ -108,7 +111,7 @@ func TestARecordOfTheSameIdentityByAnotherProcessIsAnotherHolders(t *testing.T) 
 	if l.heldByOther(t0.Add(Timings(period).LeaseDuration)) {
 		t.Error("the other process's hold outlives its lease duration")
 	}
-	l.observe(heldLease("uid-1", "twin", "", period, t0), t0)
+	l.observe(heldLease("uid-1", "twin", "", period, t0), "", t0)
 	if l.heldByOther(t0) || l.heldBySameIdentity() {
 		t.Error("a record of this identity without a process token is not this process's own")
 	}
@@ -191,10 +194,11 @@ func TestConflictRetriesStopWhenTheHoldEnds(t *testing.T) {
 	}
 }
 
-// A deleted Lease on the real API server: the standby that watched it
-// waits for the old holder's term to end instead of making the Lease again
-// at once; the old holder, finding its Lease gone at its next renewal,
-// stops, and there is never a second writer.
+// A deleted Lease on the real API server: the standby that watched it makes
+// it again at once but vacant, and takes it only when the old holder's term
+// ends; the old holder writes the heartbeat its hold still covers, finds its
+// Lease gone at the renewal after it, and stops. There is never a second
+// writer inside a hold, and the gap is the old term's.
 func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) {
 	const period = time.Second
 	ns := newNamespace(t)
@@ -209,31 +213,44 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 	// for its end.
 	end := t0.Add(Timings(period).LeaseDuration + time.Millisecond)
 	clk.awaitArmed(t, end, "the standby waiting for the holder's term to end")
+	clk.awaitArmed(t, t0.Add(period), "the leader's next tick")
 
-	if err := k8s.Delete(t.Context(), leaseOf(t, ns, "addon-instance")); err != nil {
+	deleted := leaseOf(t, ns, "addon-instance")
+	if err := k8s.Delete(t.Context(), deleted); err != nil {
 		t.Fatal(err)
 	}
-	// The standby sees the deletion and goes on waiting for the same end,
-	// without making the Lease.
-	standby.awaitMetric(t, electionAttempts, 2, "result", electionHeld)
-	clk.awaitArmed(t, end, "the standby waiting, after the deletion, for the old term to end")
+	// The standby sees the deletion and makes the Lease again, with no
+	// holder, and goes on waiting for the same end.
 	var lease coordinationv1.Lease
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, &lease); err == nil {
-		t.Fatalf("the Lease was made again at once, held by %q", ptr.Deref(lease.Spec.HolderIdentity, ""))
+	key := client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}
+	eventually(t, driveTimeout, "the Lease made again", func() (bool, error) {
+		err := k8s.Get(t.Context(), key, &lease)
+		return err == nil && lease.UID != deleted.UID, nil
+	})
+	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != "" || lease.Spec.RenewTime != nil {
+		t.Fatalf("the Lease was made again held by %q: a hold may not start inside the deleted one's", h)
 	}
+	if got := lease.Annotations[InstanceAnnotation]; got != "addon-instance" {
+		t.Errorf("the Lease made again names instance %q, want addon-instance (for the fencing policy)", got)
+	}
+	clk.awaitArmed(t, end, "the standby waiting, after the deletion, for the old term to end")
 	if standby.IsLeader() || standby.metric(t, sentTotal) != 0 {
 		t.Fatal("the standby leads while the deleted Lease's holder may still write")
 	}
-	// The leader's next renewal finds the Lease gone: that heartbeat is not
-	// written, and it campaigns again (its own term is over, so it may
-	// make the Lease at once).
-	clk.fire(t, t0.Add(period), "the leader's next tick")
-	eventually(t, driveTimeout, "the leader leading again on a new Lease", func() (bool, error) {
-		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: LeaseName("addon-instance")}, &lease)
-		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == "pod-a" && leader.IsLeader(), nil
-	})
-	if standby.IsLeader() || standby.metric(t, sentTotal) != 0 {
-		t.Error("the standby wrote a heartbeat")
+	// The leader's next tick: its hold runs to t0 + 1.5 periods, so it
+	// writes that heartbeat; the renewal after it finds its Lease gone.
+	clk.beatAt(t, rec, t0.Add(period))
+	eventually(t, driveTimeout, "the leader stopping", func() (bool, error) { return !leader.IsLeader(), nil })
+	// The standby takes the Lease when the old term ends, not before.
+	clk.fireUntil(t, end, "the standby's first heartbeat", func() bool { return standby.metric(t, sentTotal) == 1 })
+	if !standby.IsLeader() || standby.metric(t, sentTotal) != 1 {
+		t.Errorf("standby: leading %v, %v heartbeats; want it leading after one", standby.IsLeader(), standby.metric(t, sentTotal))
+	}
+	if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "pod-b" {
+		t.Errorf("holder %q, want pod-b", got)
+	}
+	if got := leader.metric(t, sentTotal); got != 2 {
+		t.Errorf("the old leader wrote %v heartbeats, want 2: none after its Lease was found gone", got)
 	}
 }
 
@@ -273,6 +290,7 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 		t0 := clk.Now()
 		rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
 		clk.beatAt(t, rec, t0)
+		clk.awaitArmed(t, t0.Add(period), "the next tick")
 		// Another process with this identity renews the Lease.
 		lease := leaseOf(t, ns, "addon-instance")
 		lease.Annotations[ProcessAnnotation] = "another-process"
@@ -280,10 +298,12 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 		if err := k8s.Update(t.Context(), lease); err != nil {
 			t.Fatal(err)
 		}
-		clk.fire(t, t0.Add(period), "the next tick")
+		// The next tick writes on the hold the last renewal gave, and the
+		// renewal after it finds the other process's record.
+		clk.beatAt(t, rec, t0.Add(period))
 		eventually(t, driveTimeout, "the leader stopping", func() (bool, error) { return !rn.IsLeader(), nil })
-		if got := rn.metric(t, sentTotal); got != 1 {
-			t.Errorf("%v heartbeats, want only the first", got)
+		if got := rn.metric(t, sentTotal); got != 2 {
+			t.Errorf("%v heartbeats, want two: none after the renewal that found the other process", got)
 		}
 		if rn.logs.count("another process with the identity") == 0 {
 			t.Errorf("the leader did not say why it stopped:\n%s", rn.logs)
@@ -321,11 +341,11 @@ func TestLivenessFailsOnlyWhenTheLoopIsStuck(t *testing.T) {
 	}()
 	stuckAt := t0.Add(2 * period)
 	clk.fire(t, stuckAt, "the stuck tick")
-	// It has renewed the Lease (it marked its try just before) and is now
-	// stuck on the lock.
-	eventually(t, driveTimeout, "the stuck heartbeat's renewal", func() (bool, error) {
-		rt := leaseOf(t, ns, "addon-instance").Spec.RenewTime
-		return rt != nil && rt.Equal(&metav1.MicroTime{Time: stuckAt}), nil
+	// It has marked its try and is now stuck on the lock, before any
+	// request.
+	eventually(t, driveTimeout, "the stuck heartbeat's start", func() (bool, error) {
+		at := rn.activity.at.Load()
+		return at != nil && at.Equal(stuckAt), nil
 	})
 	clk.setTime(stuckAt.Add(LivenessWindow(period) - time.Millisecond))
 	if err := rn.Healthz(nil); err != nil {
@@ -341,4 +361,242 @@ func TestLivenessFailsOnlyWhenTheLoopIsStuck(t *testing.T) {
 	eventually(t, driveTimeout, "liveness passing once the loop runs again", func() (bool, error) {
 		return rn.Healthz(nil) == nil, nil
 	})
+}
+
+// A leader killed at any point of its beat is replaced within a lease
+// duration (1.75 periods) of its last heartbeat, under the 2 periods the
+// design promises: each renewal follows a heartbeat that went through, so
+// the hold a standby waits out never starts after the last heartbeat. (With
+// the renewal first, a leader killed between its renewal and its write left
+// a period plus a lease duration.) Two Reporters on one driven clock: the
+// leader dies at its third tick, at the request named, and the standby's
+// first heartbeat falls exactly one lease duration after the last renewal it
+// saw, plus the millisecond its look waits past it.
+func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
+	const period = 2 * time.Second
+	tm := Timings(period)
+	tests := map[string]struct {
+		// The leader dies when it sends this request of its third tick
+		// (the request never arrives), or, with after, once its answer
+		// has come.
+		kind  string
+		after bool
+		// The tick of the last heartbeat, and of the last renewal.
+		lastBeat, lastRenewal int
+	}{
+		"before its write":              {kind: "update addoninstances/status", lastBeat: 1, lastRenewal: 1},
+		"between its write and renewal": {kind: "update leases", lastBeat: 2, lastRenewal: 1},
+		"after its renewal":             {kind: "update leases", after: true, lastBeat: 2, lastRenewal: 2},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			createInstance(t, ns, "addon-instance", period)
+			rec := record(t, ns, "addon-instance")
+			clk := newDrivenClock(t)
+			t0 := clk.Now()
+			tick := func(k int) time.Time { return t0.Add(time.Duration(k) * period) }
+
+			var writes atomic.Int32
+			var leader atomic.Pointer[running]
+			kill := func() { leader.Load().cancel() }
+			cfg := rest.CopyConfig(adminCfg)
+			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					kind := requestKind(req)
+					due := kind == tt.kind && (kind == "update leases" && writes.Load() == 3 ||
+						kind == "update addoninstances/status" && writes.Load() == 2)
+					if due && !tt.after {
+						kill()
+						return nil, errors.New("killed")
+					}
+					resp, err := rt.RoundTrip(req)
+					if kind == "update addoninstances/status" && err == nil && resp.StatusCode == http.StatusOK {
+						writes.Add(1)
+					}
+					if due {
+						kill()
+					}
+					return resp, err
+				})
+			}
+			keep := func(r *Reporter) { r.releaseOnCancel = false }
+			leader.Store(startReporter(t, cfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive))
+			clk.beatAt(t, rec, tick(0))
+			standby := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
+			clk.beatAt(t, rec, tick(1))
+			clk.awaitArmed(t, tick(1).Add(tm.LeaseDuration+time.Millisecond), "the standby's wait after the renewal")
+			clk.fire(t, tick(2), "the tick the leader dies at")
+			eventually(t, driveTimeout, "the leader dead", func() (bool, error) { return leader.Load().exited(), nil })
+
+			last := tick(tt.lastBeat)
+			newest := func() time.Time { b := rec.snapshot(); return b[len(b)-1].hb }
+			eventually(t, driveTimeout, "the last heartbeat seen", func() (bool, error) { return !newest().Before(last), nil })
+			if got := newest(); !got.Equal(last) {
+				t.Fatalf("the last heartbeat written is at %s, want %s", got.Sub(t0), last.Sub(t0))
+			}
+			first := tick(tt.lastRenewal).Add(tm.LeaseDuration + time.Millisecond)
+			clk.fireUntil(t, first, "the standby's first heartbeat", func() bool { return standby.metric(t, sentTotal) == 1 })
+			gap := first.Sub(last)
+			t.Logf("last heartbeat at %s, the successor's first at %s: a gap of %.2f periods",
+				last.Sub(t0), first.Sub(t0), float64(gap)/float64(period))
+			if gap >= 2*period {
+				t.Errorf("gap %s, want under 2 periods (%s)", gap, 2*period)
+			}
+			eventually(t, driveTimeout, "the successor's first heartbeat seen", func() (bool, error) {
+				return newest().After(last), nil
+			})
+			if got := newest(); !got.Equal(first.Truncate(time.Second)) {
+				t.Errorf("the successor's first heartbeat is at %s, want %s", got.Sub(t0), first.Truncate(time.Second).Sub(t0))
+			}
+		})
+	}
+}
+
+// A vacant Lease seen through a gap in the view (by a read, or as a watch's
+// first report) may follow a hold that came and went unseen: the process
+// waits out a lease duration from that sighting before it takes it. Seen
+// again unwritten (the same object and version), the wait stands; a
+// different vacant object (the Lease deleted and made again meanwhile, as a
+// second deletion during a watch outage does) starts it again. Before, any
+// vacancy after the first kept the first sighting, and a process took the
+// second inside the hold that came between.
+func TestAVacancySeenThroughAGapIsWaitedOutFromItsSighting(t *testing.T) {
+	const period = time.Second
+	wait := Timings(period).LeaseDuration
+	vacantObj := func(uid, rv string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv, Name: "l", Namespace: "ns"}}
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	t0 := clk.Now()
+	l := &leaseLock{identity: "pod-b", clock: clk, vacancyWait: wait}
+	l.observeRead(vacantObj("uid-1", "10"), t0)
+	if end, held := l.otherHoldEnd(t0); !held || !end.Equal(t0.Add(wait)) {
+		t.Fatalf("after a read of a vacant Lease: held %v until %s, want until %s", held, end.Sub(t0), wait)
+	}
+	// The same object, unwritten: no hold came in between.
+	clk.Step(time.Second)
+	l.observeRead(vacantObj("uid-1", "10"), clk.Now())
+	if end, _ := l.otherHoldEnd(clk.Now()); !end.Equal(t0.Add(wait)) {
+		t.Errorf("a second read of the same vacant object moved the wait to %s, want it at %s", end.Sub(t0), wait)
+	}
+	// Another vacant object: taken, held and deleted unseen, then made
+	// again.
+	clk.Step(500 * time.Millisecond)
+	again := clk.Now()
+	l.observeRead(vacantObj("uid-2", "17"), again)
+	if end, held := l.otherHoldEnd(again); !held || !end.Equal(again.Add(wait)) {
+		t.Errorf("a new vacant object: held %v until %s, want a wait of %s from its sighting (%s)",
+			held, end.Sub(t0), wait, again.Add(wait).Sub(t0))
+	}
+	// In an unbroken view (a watch from the version read), the object's
+	// deletion and the next one made do not restart it: the view saw that
+	// nothing came between.
+	l.observe(nil, "18", again)
+	l.observe(vacantObj("uid-3", "19"), "19", again)
+	if end, _ := l.otherHoldEnd(again); !end.Equal(again.Add(wait)) {
+		t.Errorf("in an unbroken view the wait moved to %s, want %s", end.Sub(again), wait)
+	}
+}
+
+// A standby takes the Lease only on a read of the AddonInstance made after
+// the record it judges: the period it then announces, and the bound it
+// judged the other's hold by, are the spec's. When that read fails it does
+// not take the Lease on the period it knew before (the default, if it never
+// read one), which other replicas may no longer follow: it tries again at
+// the retry pace, and takes once a read succeeds.
+func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
+	const period = time.Second
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", period)
+	rec := record(t, ns, "addon-instance")
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	keep := func(r *Reporter) { r.releaseOnCancel = false }
+	leader := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive)
+	clk.beatAt(t, rec, t0)
+	clk.awaitArmed(t, t0.Add(period), "the leader's next tick")
+
+	var failReads atomic.Bool
+	failReads.Store(true)
+	standby := startReporter(t, failing(adminCfg, "get addoninstances", &failReads), Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
+	leader.stop(t) // killed: the Lease stays its until it expires
+	// Well past the hold (1.75 periods), five failed reads later, the
+	// standby has not taken the Lease.
+	clk.fireNextUntil(t, t0.Add(10*period), "five failed reads", func() bool {
+		return standby.metric(t, electionAttempts, "result", electionError) >= 5
+	})
+	if !clk.Now().After(t0.Add(Timings(period).LeaseDuration)) {
+		t.Fatalf("five reads failed by %s, before the hold ended: the test moved too little", clk.Now().Sub(t0))
+	}
+	if standby.IsLeader() || standby.metric(t, sentTotal) != 0 {
+		t.Fatal("the standby took the Lease without reading the period")
+	}
+	if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "pod-a" {
+		t.Fatalf("holder %q while the standby cannot read the period, want pod-a still", got)
+	}
+	// Reads work again: it takes the Lease on the spec's period.
+	failReads.Store(false)
+	clk.fireNextUntil(t, t0.Add(20*period), "the standby's first heartbeat", func() bool {
+		return standby.metric(t, sentTotal) >= 1
+	})
+	if got := leaseOf(t, ns, "addon-instance").Annotations[PeriodAnnotation]; got != period.String() {
+		t.Errorf("the take announces period %q, want the spec's %s", got, period)
+	}
+}
+
+// A leader that cannot write (its ServiceAccount may not, or its requests
+// fail) renews nothing, so its hold runs out; it then waits out its own
+// record as any standby does, and a replica that can write takes the Lease
+// when that record expires. Before, the failing leader took its own record
+// back at once, and kept a working standby out for as long as it failed.
+func TestALeaderThatCannotWriteGivesTheLeaseToOneThatCan(t *testing.T) {
+	const period = time.Second
+	tm := Timings(period)
+	ns := newNamespace(t)
+	createInstance(t, ns, "addon-instance", period)
+	rec := record(t, ns, "addon-instance")
+	clk := newDrivenClock(t)
+	t0 := clk.Now()
+	var failWrites atomic.Bool
+	cannot := startReporter(t, failing(adminCfg, "update addoninstances/status", &failWrites), Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
+	clk.beatAt(t, rec, t0)
+	working := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
+	takeover := t0.Add(tm.LeaseDuration + time.Millisecond)
+	clk.awaitArmed(t, takeover, "the standby's wait after the renewal")
+	failWrites.Store(true)
+	// Its write at the next tick fails, and so do its retries within the
+	// hold (to 1.5 periods); nothing renews it, and its term ends.
+	clk.fire(t, t0.Add(period), "the failing leader's next tick")
+	clk.fireNextUntil(t, t0.Add(tm.RenewDeadline), "the failing leader's term ending", func() bool {
+		return !cannot.IsLeader() && cannot.metric(t, failTotal) >= 1
+	})
+	// It waits out its own record, and a retry period more, without taking
+	// it back at once.
+	clk.awaitArmed(t, t0.Add(tm.LeaseDuration+tm.RetryPeriod+time.Millisecond), "the failing replica's wait")
+	// When its record expires, the working replica takes the Lease.
+	clk.fireUntil(t, takeover, "the working replica's first heartbeat", func() bool {
+		return working.metric(t, sentTotal) >= 1
+	})
+	if cannot.IsLeader() || cannot.metric(t, sentTotal) != 1 {
+		t.Errorf("the failing replica: leading %v, %v heartbeats", cannot.IsLeader(), cannot.metric(t, sentTotal))
+	}
+	if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "pod-b" {
+		t.Errorf("holder %q, want pod-b", got)
+	}
+}
+
+// failing is cfg whose requests of kind (see requestKind) fail before they
+// are sent while on is set.
+func failing(cfg *rest.Config, kind string, on *atomic.Bool) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if on.Load() && requestKind(req) == kind {
+				return nil, fmt.Errorf("%s: failed by the test", kind)
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	return out
 }

@@ -110,6 +110,13 @@ func (k *kube) updateLease(ctx context.Context, l *coordinationv1.Lease) (*coord
 	return out, err
 }
 
+// version asks the API server for its version (GET /version, which every
+// client may read): the cheapest request there is, for the Date of its
+// answer (see serverClock.probeAt).
+func (k *kube) version(ctx context.Context) error {
+	return k.leases.Get().AbsPath("/version").Do(ctx).Error()
+}
+
 // instanceInformer watches the one AddonInstance (a field selector on its
 // name, so that RBAC can restrict list and watch with resourceNames).
 func (k *kube) instanceInformer(key types.NamespacedName) toolscache.SharedIndexInformer {

@@ -79,20 +79,56 @@ type leaseLock struct {
 	// a bound from before a longer period was announced must not end it
 	// early.
 	fence fenceRecord
-	// vacantSince is when this process first saw the Lease vacant (missing,
-	// or made by the webhook and never held) without having watched the
-	// record before it go: by a read, which cannot tell whether the last
-	// holder renewed after the last record this process saw (it was
-	// partitioned, or started after the deletion). No term starts before
-	// vacancyWait from then. Zero otherwise; a vacancy that a watch brought,
-	// or that this process made by finding its own Lease gone inside its
-	// hold, is covered by fence (vacancyKnown). Reads of the same vacancy do
-	// not move it: the watch from the read's version runs between them, and
-	// only a deletion twice within a watch's outage could hide a hold.
+	// vacantSince is when this process first saw the vacant Lease object
+	// vacantID (made and never held: by the webhook, or by a process that
+	// found the Lease missing) without having watched, in one unbroken view,
+	// the record before it go: by a read, or as the first event of a watch
+	// that could not resume from a version seen. Such a sighting cannot tell
+	// whether a hold came and went unseen since the last record seen (this
+	// process was partitioned, its watch broke, or it started after a
+	// deletion); any such hold was on an object deleted before this one was
+	// made, so its holder renewed it last before this sighting, and it
+	// ended within a renew deadline of that. No term starts before
+	// vacancyWait from then. Sightings of the same object (the same UID and
+	// version: not written since) do not move it.
+	//
+	// vacancyKnown is set instead when the view was unbroken: a watch
+	// resumed from the last version seen brought the deletion of the record
+	// seen before (whose holder fence covers) and everything since, in
+	// order. A missing Lease is never taken as it is: it is made vacant
+	// (awaiting) and judged as that object once the watch brings it, after
+	// every record before it.
 	vacantSince  time.Time
 	vacancyKnown bool
+	vacantID     string
+	// awaiting is the UID of the vacant Lease this process made, until a
+	// watch event or a read brings it; awaitAny when its try to make it
+	// found one made by another.
+	awaiting types.UID
+	// lastVersion is the resourceVersion of the last version of the Lease
+	// seen, its deletion included: a watch resumes from it, and then misses
+	// nothing. Empty after a read that found no Lease.
+	lastVersion string
+	// behindSince is when a take met a newer version than the one seen
+	// (zero: not behind). The watch that runs from the version seen brings
+	// the newer ones, and with them every record in between, so the
+	// process waits for it rather than read (a read would be a sighting
+	// with a gap, see vacantSince); it reads only when the watch brings
+	// nothing within a retry period. Any version seen ends it.
+	behindSince time.Time
+	// unbroken says whether the next watch event continues this process's
+	// view without a gap: false from a read until the first event of a watch
+	// opened from no version (it reports what exists when it starts, not
+	// what came and went since the read).
+	unbroken bool
 	// vacancyWait: see vacancyWait.
 	vacancyWait time.Duration
+	// yielded is set when this process's term ended with its own record
+	// still on the Lease: it could not heartbeat, or renew, within its
+	// hold. It then waits that record out as any standby does instead of
+	// taking it back at once, so that a replica that can write gets the
+	// Lease first (see yield).
+	yielded bool
 }
 
 // vacant reports whether lease holds no record of a hold: missing, or made
@@ -103,29 +139,42 @@ func vacant(lease *coordinationv1.Lease) bool {
 }
 
 // observe records a version of the Lease a watch brought at now (nil: a
-// deletion). The watch runs from the last version seen, so it brings every
-// record: a vacancy after a record seen is that record's holder's (fence).
-func (l *leaseLock) observe(lease *coordinationv1.Lease, now time.Time) { l.see(lease, now, true) }
-
-// observeRead records a version of the Lease read at now (nil: none).
-func (l *leaseLock) observeRead(lease *coordinationv1.Lease, now time.Time) { l.see(lease, now, false) }
-
-// lostToDeletion records that this process's own Lease was found gone at
-// now. While its hold still ran, nobody else can have held it since (a
-// standby waits out that hold first): the vacancy is known, and this process
-// may make the Lease again at once. After it, another may have taken the
-// Lease and lost it to the deletion unseen.
-func (l *leaseLock) lostToDeletion(now time.Time) {
-	known := now.Before(l.validUntil)
-	l.see(nil, now, false)
-	if known {
-		l.vacantSince, l.vacancyKnown = time.Time{}, true
+// deletion), and version, the event's resourceVersion. A watch resumed from
+// the last version seen brings every record in order: a vacancy after a
+// record seen is that record's holder's (fence).
+func (l *leaseLock) observe(lease *coordinationv1.Lease, version string, now time.Time) {
+	l.see(lease, now, l.unbroken)
+	l.unbroken = true
+	if version != "" {
+		l.lastVersion = version
 	}
 }
 
+// observeRead records a version of the Lease read at now (nil: none).
+func (l *leaseLock) observeRead(lease *coordinationv1.Lease, now time.Time) {
+	l.see(lease, now, false)
+	l.awaiting = ""
+	l.lastVersion = ""
+	if lease != nil {
+		l.lastVersion = lease.ResourceVersion
+	}
+	// A watch from the version read continues from it; without one (no
+	// Lease), its first event reports the state it starts from.
+	l.unbroken = lease != nil
+}
+
+// vacancyID identifies a vacant object: unwritten since, it is the same.
+func vacancyID(lease *coordinationv1.Lease) string {
+	if lease == nil {
+		return ""
+	}
+	return string(lease.UID) + "/" + lease.ResourceVersion
+}
+
 // see records a version of the Lease seen at now (nil: there is none), by a
-// watch or by a read.
-func (l *leaseLock) see(lease *coordinationv1.Lease, now time.Time, watched bool) {
+// watch that continues this process's view without a gap (unbroken) or
+// otherwise (a read, or a watch's first report).
+func (l *leaseLock) see(lease *coordinationv1.Lease, now time.Time, unbroken bool) {
 	if l.lease != nil && (lease == nil || lease.UID != l.lease.UID) {
 		// The Lease is gone, or is another object of the same name: the
 		// holder of the one gone keeps its term to the end (see fence).
@@ -135,15 +184,29 @@ func (l *leaseLock) see(lease *coordinationv1.Lease, now time.Time, watched bool
 			}
 		}
 	}
+	l.behindSince = time.Time{}
+	if lease != nil && (lease.UID == l.awaiting || l.awaiting == awaitAny) {
+		l.awaiting = ""
+	}
+	id := vacancyID(lease)
 	switch {
 	case !vacant(lease):
-		l.vacantSince, l.vacancyKnown = time.Time{}, false
-	case watched && !vacant(l.lease):
-		l.vacantSince, l.vacancyKnown = time.Time{}, true
-	case l.vacancyKnown || !l.vacantSince.IsZero():
-		// The vacancy already judged.
+		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, false, ""
+	case unbroken && !vacant(l.lease):
+		// The record seen went, in view: its holder is fenced.
+		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, true, id
+	case unbroken && (l.vacancyKnown || !l.vacantSince.IsZero()):
+		// The same vacancy, still in view.
+		l.vacantID = id
+	case lease == nil:
+		// Missing, seen with a gap: nothing to judge until the object
+		// made in its place is seen.
+		l.vacantSince, l.vacancyKnown, l.vacantID = time.Time{}, false, ""
+	case id == l.vacantID && (l.vacancyKnown || !l.vacantSince.IsZero()):
+		// The same object as judged, not written since: no hold came
+		// and went in between.
 	default:
-		l.vacantSince = now
+		l.vacantSince, l.vacancyKnown, l.vacantID = now, false, id
 	}
 	if lease == nil || l.lease == nil || !apiequality.Semantic.DeepEqual(l.lease.Spec, lease.Spec) ||
 		lease.Annotations[ProcessAnnotation] != l.lease.Annotations[ProcessAnnotation] {
@@ -174,7 +237,21 @@ func (l *leaseLock) fenceEnd(f fenceRecord) time.Time {
 // recordHeld reports whether the last record seen is a hold by another
 // holder.
 func (l *leaseLock) recordHeld() bool {
-	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && !l.ownedBy(l.lease)
+	return l.lease != nil && ptr.Deref(l.lease.Spec.HolderIdentity, "") != "" && (l.yielded || !l.ownedBy(l.lease))
+}
+
+// yield is called when a term ends while the process runs on. When the last
+// record is still this process's own, the term ended because it failed to
+// heartbeat or renew within its hold (a renewal follows only a heartbeat
+// written): its own record then counts as another's until it expires, as
+// every standby judges it, and a retry period more, so that a standby that
+// can write takes it first. Taking it back at once would keep a replica that
+// cannot write (its ServiceAccount may not, or its requests fail) in the
+// Lease forever while another could write. A lone replica takes its record
+// back half a period after it expires (2.25 periods after its last
+// heartbeat), once its requests go through again.
+func (l *leaseLock) yield() {
+	l.yielded = l.lease != nil && l.ownedBy(l.lease)
 }
 
 // heldByOther reports whether another holder's term is still running at now.
@@ -191,6 +268,12 @@ func (l *leaseLock) otherHoldEnd(now time.Time) (time.Time, bool) {
 	var end time.Time
 	if l.recordHeld() {
 		end = l.observedAt.Add(l.duration())
+		if l.yielded && l.ownedBy(l.lease) {
+			// Its own record, given up: a retry period more, so that a
+			// standby that can write (it looks as the record expires)
+			// takes it first.
+			end = end.Add(Timings(l.period(DefaultPeriod)).RetryPeriod)
+		}
 	}
 	if f := l.fenceEnd(l.fence); f.After(end) {
 		end = f
@@ -282,42 +365,85 @@ func (l *leaseLock) record(lease *coordinationv1.Lease, period time.Duration, no
 // acquire takes the Lease when the last version seen (nil: there is none)
 // is free, expired or already this process's, and reports whether this
 // process now holds it. When the write meets another (a replica was faster,
-// or the version seen was stale because a watch lags), it reads the Lease
-// once, so that the next judgement is on the current version. An error is
-// one of the API server's.
+// the Lease was deleted, or the version seen was stale because a watch
+// lags), this process's view is behind: it waits for the watch to bring
+// what it missed, in order, and reads the Lease only when nothing comes
+// within a retry period (see behind). An error is one of the API server's.
 func (l *leaseLock) acquire(ctx context.Context, period time.Duration) (bool, error) {
 	now := l.clock.Now()
+	if !l.behindSince.IsZero() {
+		if now.Sub(l.behindSince) < checkInterval(period) {
+			return false, nil
+		}
+		if err := l.refresh(ctx); err != nil {
+			return false, err
+		}
+	}
+	if l.lease == nil {
+		// Made at once, even while a fence runs, so that it is there
+		// (and seen) when the fence ends.
+		return false, l.makeVacant(ctx)
+	}
 	if l.heldByOther(now) {
 		return false, nil
 	}
-	var (
-		taken *coordinationv1.Lease
-		err   error
-	)
-	if l.lease == nil {
-		lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
-		l.record(lease, period, now)
-		taken, err = l.kube.createLease(ctx, lease)
-		if apierrors.IsForbidden(err) {
-			// The zero-code reporter role has no create (RBAC cannot
-			// limit it by name): the webhook creates the Lease when it
-			// binds the role, and the watch brings it.
-			return false, fmt.Errorf("the election Lease %s does not exist yet and this reporter may not create it; "+
-				"it is made by whoever provisions the reporter's RBAC (the webhook, once the AddonInstance exists): %w", l.key, err)
-		}
-	} else {
-		next := l.lease.DeepCopy()
-		l.record(next, period, now)
-		taken, err = l.kube.updateLease(ctx, next)
-	}
+	next := l.lease.DeepCopy()
+	l.record(next, period, now)
+	taken, err := l.kube.updateLease(ctx, next)
 	switch {
 	case err == nil:
 		l.took(taken, period, now)
 		return true, nil
-	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return false, l.refresh(ctx)
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		l.behindSince = now
+		return false, nil
 	default:
 		return false, fmt.Errorf("taking Lease %s: %w", l.key, err)
+	}
+}
+
+// awaitAny, as leaseLock.awaiting, waits for whichever Lease object the watch
+// brings next.
+const awaitAny types.UID = "*"
+
+// makeVacant makes the missing Lease, with no holder, for the watch to bring
+// (awaiting). A missing Lease is never made held: a create cannot be
+// conditioned on what came before, and a hold that came and went unseen (a
+// Lease made, held and deleted while this process's view had a gap, or
+// before the watch that follows a read began) may still run. Made vacant, it
+// is judged as any vacant object once the watch brings it after every
+// record before it; an update with its version then takes it, which fails
+// if anyone wrote it since.
+func (l *leaseLock) makeVacant(ctx context.Context) error {
+	if l.awaiting != "" {
+		return nil // on its way
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: leaseMeta(l.key)}
+	if l.instance != "" {
+		// Named for the fencing policy from the start: with no holder,
+		// it admits no heartbeat until a take.
+		lease.Annotations = map[string]string{InstanceAnnotation: l.instance}
+	}
+	made, err := l.kube.createLease(ctx, lease)
+	switch {
+	case err == nil:
+		l.awaiting = made.UID
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// Made by another process (or the webhook) meanwhile: the watch
+		// brings it after everything before it. A read would see it
+		// sooner, but as a sighting with a gap (see vacantSince), which
+		// would throw away a vacancy known from the watch.
+		l.awaiting = awaitAny
+		return nil
+	case apierrors.IsForbidden(err):
+		// The zero-code reporter role has no create (RBAC cannot limit
+		// it by name): the webhook creates the Lease when it binds the
+		// role, and the watch brings it.
+		return fmt.Errorf("the election Lease %s does not exist yet and this reporter may not create it; "+
+			"it is made by whoever provisions the reporter's RBAC (the webhook, once the AddonInstance exists): %w", l.key, err)
+	default:
+		return fmt.Errorf("making Lease %s: %w", l.key, err)
 	}
 }
 
@@ -337,6 +463,7 @@ func (l *leaseLock) refresh(ctx context.Context) error {
 
 // took records a successful write of this process's hold, sent at sent.
 func (l *leaseLock) took(lease *coordinationv1.Lease, period time.Duration, sent time.Time) {
+	l.yielded = false
 	l.lease = lease
 	l.observedAt = sent
 	l.validUntil = sent.Add(Timings(period).RenewDeadline)
@@ -356,7 +483,7 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 		fresh, gerr := l.kube.getLease(ctx, l.key)
 		if apierrors.IsNotFound(gerr) {
 			// Deleted (a PUT over a deleted object conflicts).
-			l.lostToDeletion(l.clock.Now())
+			l.observeRead(nil, l.clock.Now())
 			return errLeaseLost
 		}
 		if gerr != nil {
@@ -375,7 +502,7 @@ func (l *leaseLock) renew(ctx context.Context, period time.Duration) error {
 		updated, err = l.kube.updateLease(ctx, next)
 	}
 	if apierrors.IsNotFound(err) {
-		l.lostToDeletion(l.clock.Now())
+		l.observeRead(nil, l.clock.Now())
 		return errLeaseLost
 	}
 	if err != nil {

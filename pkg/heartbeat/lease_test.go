@@ -152,8 +152,8 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 	if got := lease.Annotations[PeriodAnnotation]; got != period.String() {
 		t.Errorf("Lease annotation %s = %q, want %q", PeriodAnnotation, got, period)
 	}
-	// 1.5s, rounded up to whole seconds for readers of the field.
-	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || tm.LeaseDuration != 1500*time.Millisecond {
+	// 1.75s, rounded up to whole seconds for readers of the field.
+	if got := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); got != 2 || tm.LeaseDuration != 1750*time.Millisecond {
 		t.Errorf("leaseDurationSeconds %d for a lease of %s, want 2", got, tm.LeaseDuration)
 	}
 	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != "pod-a" {
@@ -172,6 +172,8 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	clk.beatAt(t, rec, t0)
 	clk.beatAt(t, rec, t0.Add(period))
 	rn.awaitMetric(t, sentTotal, 2)
+	// The renewal after that heartbeat is done once the next tick is armed.
+	clk.awaitArmed(t, t0.Add(2*period), "the next tick")
 
 	// Another holder (a replica that judged the Lease expired, say) writes
 	// itself in with a long hold.
@@ -183,9 +185,11 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	if err := k8s.Update(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
-	// Its next renewal, at the next tick, finds the new holder: it stops
-	// without writing that heartbeat.
-	clk.fire(t, t0.Add(2*period), "the next tick")
+	// Its next tick writes that tick's heartbeat on the hold its last
+	// renewal gave (which had not run out: a take by the rules waits for
+	// that), and the renewal after it finds the new holder: it stops, and
+	// writes nothing more.
+	clk.beatAt(t, rec, t0.Add(2*period))
 	eventually(t, driveTimeout, "the leader giving up", func() (bool, error) { return !rn.IsLeader(), nil })
 	// It now watches the Lease as a standby: its first look is a read,
 	// each renewal by the intruder one more, and none makes it take the
@@ -202,8 +206,8 @@ func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 		}
 		rn.awaitMetric(t, electionAttempts, looks+float64(i)+1, "result", electionHeld)
 	}
-	if got := rn.metric(t, sentTotal); got != 2 {
-		t.Errorf("%v heartbeats written after the Lease was taken", got-2)
+	if got := rn.metric(t, sentTotal); got != 3 {
+		t.Errorf("%v heartbeats written after the renewal that found the Lease taken", got-3)
 	}
 	if got := ptr.Deref(leaseOf(t, ns, "addon-instance").Spec.HolderIdentity, ""); got != "intruder" {
 		t.Errorf("holder %q, want the intruder", got)
@@ -234,7 +238,12 @@ func TestRequestKind(t *testing.T) {
 	}
 }
 
-func TestAStandbyWhoseViewIsStaleReadsTheLeaseOnceAndWaitsAgain(t *testing.T) {
+// A standby whose view is stale (its watch lags) meets a newer version when
+// it tries to take the Lease. It waits for its watch to bring what it
+// missed, in order, rather than read at once (a read would be a view with a
+// gap, see leaseLock.vacantSince), and reads once only when nothing comes
+// within a retry period; then it waits out the whole term it read.
+func TestAStandbyWhoseViewIsStaleWaitsForItsWatchThenReadsOnce(t *testing.T) {
 	const period = time.Second
 	ns := newNamespace(t)
 	var reqs requestCounter
@@ -251,13 +260,20 @@ func TestAStandbyWhoseViewIsStaleReadsTheLeaseOnceAndWaitsAgain(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	other := &leaseLock{kube: k, key: key, identity: "other", clock: clk}
 	me := &leaseLock{kube: k, key: key, identity: "me", clock: clk}
+	// A missing Lease is made vacant, and taken once seen.
+	if held, err := other.acquire(t.Context(), period); held || err != nil || other.awaiting == "" {
+		t.Fatalf("first acquire: held=%v err=%v awaiting %q, want the Lease made vacant, not taken", held, err, other.awaiting)
+	}
+	if err := other.refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if held, err := other.acquire(t.Context(), period); !held || err != nil {
-		t.Fatalf("first acquire: held=%v err=%v", held, err)
+		t.Fatalf("acquire of the vacant Lease it made: held=%v err=%v", held, err)
 	}
 	// The standby saw that version; the renewal after it never reached it
 	// (a lagging watch), and by its clock the hold it saw has run out.
 	start := clk.Now()
-	me.observe(other.lease.DeepCopy(), start)
+	me.observe(other.lease.DeepCopy(), other.lease.ResourceVersion, start)
 	clk.SetTime(start.Add(period))
 	if err := other.renew(t.Context(), period); err != nil {
 		t.Fatal(err)
@@ -269,8 +285,26 @@ func TestAStandbyWhoseViewIsStaleReadsTheLeaseOnceAndWaitsAgain(t *testing.T) {
 	if held || err != nil {
 		t.Fatalf("acquire on a stale view: held=%v err=%v, want a clean refusal", held, err)
 	}
-	if got, want := diff(before, reqs.snapshot()), map[string]int{"update leases": 1, "get leases": 1}; !maps.Equal(got, want) {
-		t.Errorf("requests %v, want %v: one write that conflicts, one read", got, want)
+	if got, want := diff(before, reqs.snapshot()), map[string]int{"update leases": 1}; !maps.Equal(got, want) {
+		t.Errorf("requests %v, want %v: one write that conflicts, and no read yet", got, want)
+	}
+	// Within a retry period it tries nothing: it waits for its watch.
+	clk.SetTime(clk.Now().Add(Timings(period).RetryPeriod * 8 / 10))
+	before = reqs.snapshot()
+	if held, err := me.acquire(t.Context(), period); held || err != nil {
+		t.Fatalf("acquire while behind: held=%v err=%v", held, err)
+	}
+	if got := diff(before, reqs.snapshot()); len(got) != 0 {
+		t.Errorf("requests %v while waiting for the watch, want none", got)
+	}
+	// Nothing came: it reads once, and finds the hold renewed.
+	clk.SetTime(clk.Now().Add(Timings(period).RetryPeriod))
+	before = reqs.snapshot()
+	if held, err := me.acquire(t.Context(), period); held || err != nil {
+		t.Fatalf("acquire after the read: held=%v err=%v", held, err)
+	}
+	if got, want := diff(before, reqs.snapshot()), map[string]int{"get leases": 1}; !maps.Equal(got, want) {
+		t.Errorf("requests %v, want %v: one read, and no write on the hold it shows", got, want)
 	}
 	if me.lease.ResourceVersion != other.lease.ResourceVersion || !me.heldByOther(clk.Now()) {
 		t.Errorf("after the read the standby sees version %s (held by another: %v), want %s held",

@@ -14,7 +14,7 @@ const livenessSlack = maxWriteTimeout
 // LivenessWindow is how long a running Reporter may go without trying
 // anything, a heartbeat as the leader or a look at the Lease as a standby,
 // before Healthz fails: three periods and livenessSlack. Either role tries at
-// least once a lease duration (1.5 periods) and a failing try is retried
+// least once a lease duration (1.75 periods) and a failing try is retried
 // within a period, whatever the API server does, so only a wedged Reporter
 // goes that long.
 func LivenessWindow(period time.Duration) time.Duration {

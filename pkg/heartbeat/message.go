@@ -14,6 +14,35 @@ import (
 // conditions an AddonInstance carries.
 const MaxMessage = 4096
 
+// MaxConditions bounds the conditions an SDK user sets (SetCondition): each
+// is written with every heartbeat, so their number bounds the status write,
+// which the API server refuses whole past its request size limit (3 MiB;
+// etcd's 1.5 MiB for the object). At MaxMessage bytes each they stay under
+// 200 KiB.
+const MaxConditions = 32
+
+// MaxComponents bounds the components an SDK user reports (SetHealth), so
+// that a Reporter's memory does not grow with names made up per request; the
+// messages list the first few anyway.
+const MaxComponents = 1024
+
+// maxReason is metav1.Condition's bound on a reason: a component's reason
+// becomes Degraded's, and the API server refuses a longer one.
+const maxReason = 1024
+
+// quoteBounded quotes s, or its first 64 bytes and its length.
+func quoteBounded(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
+}
+
 // truncate cuts s to at most max bytes, at a character boundary, ending with
 // a marker that says how much was cut.
 func truncate(s string, max int) string {

@@ -17,6 +17,9 @@ const (
 	failOther       = "other"
 	// failHoldEnded: the write was not sent, the Lease's hold having ended.
 	failHoldEnded = "hold_ended"
+	// failFenced: the fencing policy refused the write: the Lease names
+	// another holder, or none (see IsFenced).
+	failFenced = "fenced"
 )
 
 // metrics are one Reporter's Prometheus series, labelled with its
@@ -44,6 +47,9 @@ const (
 	electionAcquired = "acquired"
 	electionHeld     = "held_by_other"
 	electionError    = "error"
+	// electionWaiting: neither held nor taken: the missing Lease is being
+	// made, or the process waits for its watch to bring a newer version.
+	electionWaiting = "waiting"
 )
 
 var instanceLabels = []string{"namespace", "addon_instance"}
@@ -76,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, namespace, name string) (*metrics, er
 	}, instanceLabels)
 	elections := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "addon_heartbeat_election_attempts_total",
-		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, error).",
+		Help: "Looks at the election Lease by a standby (each change its watch brings, a hold running out, a retry), by result (acquired, held_by_other, waiting, error).",
 	}, append(instanceLabels, "result"))
 
 	asked := prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,9 +98,12 @@ type Reporter struct {
 	serverClock *serverClock
 	// clockSaidLarge is whether the log last said the offset was large.
 	clockSaidLarge atomic.Bool
-	health         *healthChecker
-	started        atomic.Bool
-	leading        atomic.Bool
+	// clockKick asks the term's probeClock to look whether the estimate
+	// needs probes (capacity 1; sent after each status write).
+	clockKick chan struct{}
+	health    *healthChecker
+	started   atomic.Bool
+	leading   atomic.Bool
 	// running is true while Start runs; activity is its last try (Healthz).
 	running  atomic.Bool
 	activity activity
@@ -204,6 +208,7 @@ func New(cfg *rest.Config, opts Options) (*Reporter, error) {
 		limiter:         newErrorLimiter(clk, opts.ErrorLogInterval),
 		clock:           clk,
 		serverClock:     sc,
+		clockKick:       make(chan struct{}, 1),
 		releaseOnCancel: true,
 		components:      map[string]Component{},
 		overrides:       map[string]metav1.Condition{},
@@ -239,8 +244,9 @@ func (r *Reporter) SetHealth(c Component) error {
 	if c.Name == "" {
 		return errors.New("heartbeat: component name is empty")
 	}
-	if !c.Available && c.Reason != "" && !reasonPattern.MatchString(c.Reason) {
-		return fmt.Errorf("heartbeat: component %s: reason %q: expected a CamelCase word", c.Name, c.Reason)
+	if !c.Available && c.Reason != "" && (!reasonPattern.MatchString(c.Reason) || len(c.Reason) > maxReason) {
+		return fmt.Errorf("heartbeat: component %s: reason %s: expected a CamelCase word of at most %d bytes",
+			c.Name, quoteBounded(c.Reason), maxReason)
 	}
 	if c.Message == "" {
 		if c.Available {
@@ -252,6 +258,10 @@ func (r *Reporter) SetHealth(c Component) error {
 	c.Message = truncate(c.Message, MaxMessage)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.components[c.Name]; !ok && len(r.components) >= MaxComponents {
+		return fmt.Errorf("heartbeat: component %s: the Reporter keeps at most %d components; remove one with RemoveHealth first",
+			quoteBounded(c.Name), MaxComponents)
+	}
 	r.components[c.Name] = c
 	return nil
 }
@@ -280,6 +290,10 @@ func (r *Reporter) SetCondition(c metav1.Condition) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.overrides[c.Type]; !ok && len(r.overrides) >= MaxConditions {
+		return fmt.Errorf("heartbeat: condition %s: the Reporter writes at most %d conditions of the addon's own; remove one with RemoveCondition first",
+			c.Type, MaxConditions)
+	}
 	r.overrides[c.Type] = c
 	delete(r.removed, c.Type)
 	return nil
@@ -397,6 +411,8 @@ func failureReason(err error) string {
 		return failConflict
 	case errors.Is(err, errHoldEnded):
 		return failHoldEnded
+	case IsFenced(err):
+		return failFenced
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return failForbidden
 	case apierrors.IsNotFound(err):
@@ -409,6 +425,20 @@ func failureReason(err error) string {
 	default:
 		return failOther
 	}
+}
+
+// fencedMessage is in the message of every refusal by the chart's fencing
+// policy (charts/addon-heartbeat/templates/fencing-validatingadmissionpolicy.yaml;
+// test/chart checks that IsFenced recognizes it).
+const fencedMessage = "may be moved only by the pod holding"
+
+// IsFenced reports whether err is a heartbeat write refused by the chart's
+// fencing policy: the write came from a pod that does not hold the
+// AddonInstance's election Lease (a leader whose hold ended while its write
+// was on its way, or after the Lease was deleted and made again). It is a
+// 403 like a missing permission, which it must not be taken for.
+func IsFenced(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), fencedMessage)
 }
 
 func isConnectionError(err error) bool {

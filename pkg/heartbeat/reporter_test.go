@@ -61,12 +61,14 @@ func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T)
 		}
 	}
 
-	// The first at once (the clock has not moved), then every 2s.
+	// The first at once (the clock has not moved), then every 2s. The
+	// next tick armed says the last beat is done, its renewal included.
 	beats(0, 2, 4, 6)
+	clk.awaitArmed(t, at(8), "the tick after 6s")
 
 	// The operator lengthens the period to 3s at 7s: a heartbeat at once,
-	// which renews the Lease for the new period (the hold from the tick at
-	// 6s would end at 8.5s, before 6s + 3s), then every 3s from there.
+	// whose renewal holds the Lease for the new period (the hold from the
+	// tick at 6s would end at 9s, before 6s + 3s), then every 3s from there.
 	clk.setTime(at(7))
 	setPeriod(t, ns, "addon-instance", 3*time.Second)
 	beats(7, 10, 13)
@@ -76,6 +78,7 @@ func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T)
 
 	// And shortens it to 1s at 13.5s: the next heartbeat is one new period
 	// after the last one (14s), not the old schedule's 16s.
+	clk.awaitArmed(t, at(16), "the tick after 13s")
 	clk.setTime(at(13.5))
 	setPeriod(t, ns, "addon-instance", time.Second)
 	beats(14, 15, 16)

@@ -99,23 +99,30 @@ type LeaseTimings struct {
 }
 
 // Timings derives the leader election settings from the heartbeat period P.
-// The leader renews the Lease in the same tick as each heartbeat, so it
-// writes the Lease once per period; the settings are:
+// Each tick the leader writes its heartbeat and then renews the Lease, so it
+// writes the Lease once per period and every renewal comes right after a
+// heartbeat that went through (see term.beat); the settings are:
 //
-//   - lease duration 1.5P: half a period of slack for a renewal that is slow
-//     or must be retried;
-//   - renew deadline 1.25P (the lease duration less P/4);
+//   - renew deadline 1.5P: the hold a renewal gives. The next heartbeat goes
+//     out a period after the renewal, on that hold, with half a period to
+//     spare for its conflict retries and for a retry after a failed write;
+//   - lease duration 1.75P: how long a standby waits after it last saw the
+//     Lease renewed. It exceeds the renew deadline by P/4, so that a
+//     heartbeat sent at the very end of a hold and slow to arrive still
+//     lands before a successor's: a write slowed by up to 0.75P (the time
+//     from its tick to the end of the standby's wait) lands in order, and one
+//     slowed by more is what the chart's fencing policy refuses;
 //   - retry period (after a failed try) P/2.
 //
-// A leader killed without releasing its Lease last renewed it together with
-// its last heartbeat. Standbys watch the Lease, see that renewal as it
-// happens and take the Lease when one lease duration from then has passed:
-// the gap is 1.5P plus the watch's delay and the new leader's first write.
-// Should the watch lag so much that a standby misses renewals, its try meets
-// a conflict, it reads the Lease and waits again: the watch's delay only
-// delays a takeover, and the bound kept even for a watch that delivers the
-// renewal a retry period late is 2P, under the operator's 3P. A leader that
-// stops cleanly releases the Lease and a standby takes it as the watch
+// A leader killed (or cut off, or unable to write) renewed the Lease last
+// right after its last heartbeat. Standbys watch the Lease, see that renewal
+// as it happens and take the Lease one lease duration later: the gap is
+// 1.75P plus the watch's delay and the new leader's start and first write,
+// under 2P when the API server answers in a few hundredths of a period, and
+// under the operator's 3P while the watch lags by up to a period. A watch
+// that lags so much that a standby misses renewals only delays a takeover:
+// its try meets a conflict, it reads the Lease and waits again. A leader
+// that stops cleanly releases the Lease and a standby takes it as the watch
 // brings the release.
 //
 // The Lease's spec.leaseDurationSeconds holds the lease duration rounded up
@@ -123,7 +130,7 @@ type LeaseTimings struct {
 // duration for the period announced on the Lease (PeriodAnnotation).
 func Timings(period time.Duration) LeaseTimings {
 	period = clampPeriod(period)
-	lease := period * 3 / 2
+	lease := period * 7 / 4
 	return LeaseTimings{
 		LeaseDuration: lease,
 		RenewDeadline: lease - period/4,

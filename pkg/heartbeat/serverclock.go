@@ -20,8 +20,11 @@ import (
 // Bounds of the serverClock's estimator.
 const (
 	// clockSamples is the most samples the estimate keeps: a fixed ring, so
-	// memory is bounded whatever the request rate.
-	clockSamples = 64
+	// memory is bounded whatever the request rate (24 KiB). It holds
+	// clockMaxAge of a leader's samples at the 1 s floor (two requests a
+	// period), so that the narrow samples of a probe (see probeAt) count for
+	// as long as their age allows at any period.
+	clockSamples = 1024
 	// clockMaxAge is how old (by local time) a sample may be and still count:
 	// the two clocks drift apart, so old samples stop being evidence.
 	clockMaxAge = 5 * time.Minute
@@ -53,6 +56,21 @@ const (
 	// httpDateResolution is the resolution of the Date header (RFC 7231
 	// IMF-fixdate): the server stamps the time truncated to the second.
 	httpDateResolution = time.Second
+	// clockNarrowWidth is the widest interval a correction lives with
+	// before probes narrow it (see probeAt): a correction errs by up to the
+	// interval's width toward local time, and lastHeartbeatTime by up to a
+	// second more (it is stored to the second), which a heartbeat judged
+	// against 3 periods of 1 s cannot afford after a failover (1.75
+	// periods) when the width is the second a fixed-phase leader's samples
+	// leave it at.
+	clockNarrowWidth = 100 * time.Millisecond
+	// clockProbes bounds one run of probes: each halves the interval (less a
+	// round trip), so that a second comes down to clockNarrowWidth in four;
+	// the rest are for slow round trips.
+	clockProbes = 8
+	// clockProbeEvery spaces runs of probes: the samples of one count for
+	// clockMaxAge, so a run every half of that keeps a narrow interval.
+	clockProbeEvery = clockMaxAge / 2
 )
 
 // serverClock estimates offset = API server's clock - local wall clock from
@@ -148,6 +166,31 @@ func (c *serverClock) Now() time.Time {
 	}
 	return t
 }
+
+// probeAt is the local time at which a request would split the interval in
+// two, when a correction applies (the offset is provably beyond
+// clockTolerance) and the interval is wider than clockNarrowWidth; ok is
+// false otherwise. Requests at a fixed phase of the second (a leader's, each
+// period) leave the interval about a second wide; one timed for when the
+// server's second turns over if the offset were the interval's midpoint is
+// stamped either before that turn (the offset is at most the midpoint) or
+// after it (at least the midpoint, less the round trip), as htpdate times its
+// requests. It is at least clockProbeLead from now.
+func (c *serverClock) probeAt(now time.Time) (at time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 || c.correction.Load() == 0 || c.hi-c.lo <= clockNarrowWidth {
+		return time.Time{}, false
+	}
+	mid := c.lo + (c.hi-c.lo)/2
+	// now in server time, by the midpoint, and its next turn of a second.
+	turn := now.Round(0).Add(mid + clockProbeLead).Truncate(time.Second).Add(time.Second)
+	return now.Add(turn.Sub(now.Round(0).Add(mid))), true
+}
+
+// clockProbeLead is the least time before a probe: so that it is not due
+// before it can be sent.
+const clockProbeLead = 10 * time.Millisecond
 
 // Offset is the estimate of the API server's clock minus the local wall
 // clock: the midpoint of the interval the samples prove, and its half-width.
@@ -360,6 +403,10 @@ func parseHTTPDate(v string) (time.Time, bool) {
 // after each status write, which brought a sample.
 func (r *Reporter) noteClock() {
 	r.serverClock.updateMetrics(r.metrics)
+	select {
+	case r.clockKick <- struct{}{}:
+	default:
+	}
 	s := r.serverClock.skew(r.period())
 	if s.large == r.clockSaidLarge.Load() {
 		return

@@ -82,8 +82,15 @@ func checkNow(t *testing.T, c *serverClock, s *clockSim) {
 		t.Errorf("offset %v, want within %v ± %v", s.offset, est, unc)
 	}
 	now, local, server := c.Now(), s.local.Now(), s.server()
-	if d := server.Sub(now); d > 2*unc || d < -2*unc {
-		t.Errorf("Now() is %v from server time, want within the interval's width %v", d, 2*unc)
+	// Corrected, Now errs by at most the interval's width; uncorrected
+	// (the offset is not provably beyond the tolerance), by the offset,
+	// which is at most the tolerance and that width.
+	within := 2 * unc
+	if now.Equal(local) {
+		within += clockTolerance
+	}
+	if d := server.Sub(now); d > within || d < -within {
+		t.Errorf("Now() is %v from server time, want within %v", d, within)
 	}
 	if lo, hi := minTime(local, server), maxTime(local, server); now.Before(lo) || now.After(hi) {
 		t.Errorf("Now() %v is not between local %v and server %v time", now, local, server)
@@ -179,6 +186,63 @@ func TestServerClockFixedPhase(t *testing.T) {
 	if unc < 400*time.Millisecond || unc > 510*time.Millisecond {
 		t.Errorf("uncertainty %v, want about half a second", unc)
 	}
+}
+
+// Probes at the instants probeAt names narrow the interval a fixed-phase
+// leader leaves at about a second down to clockNarrowWidth, within a run of
+// clockProbes, whatever the offset's phase; then no more are asked for. A
+// clock the serverClock does not correct is never probed.
+func TestServerClockProbesNarrowACorrection(t *testing.T) {
+	for _, offset := range []time.Duration{-3*time.Second - 250*time.Millisecond, -7*time.Second - 900*time.Millisecond,
+		2*time.Second + 40*time.Millisecond, 45*time.Second + 600*time.Millisecond} {
+		t.Run(offset.String(), func(t *testing.T) {
+			s := newClockSim(offset, 4)
+			c := newServerClock(s.local)
+			for range 20 {
+				s.exchange(c, time.Second, 5*time.Millisecond)
+			}
+			if _, unc, _ := c.Offset(); unc < 400*time.Millisecond {
+				t.Fatalf("uncertainty %v at a fixed phase, want about half a second to start from", unc)
+			}
+			probes := 0
+			for ; probes < clockProbes; probes++ {
+				at, ok := c.probeAt(s.local.Now())
+				if !ok {
+					break
+				}
+				if d := at.Sub(s.local.Now()); d < clockProbeLead || d > clockProbeLead+time.Second {
+					t.Fatalf("probe %s ahead, want within a second after %s", d, clockProbeLead)
+				}
+				s.exchange(c, at.Sub(s.local.Now()), 5*time.Millisecond)
+				checkNow(t, c, s)
+			}
+			_, unc, _ := c.Offset()
+			t.Logf("%d probes: uncertainty %v; Now() - server = %v", probes, unc, c.Now().Sub(s.server()))
+			if 2*unc > clockNarrowWidth+time.Millisecond {
+				t.Errorf("interval %v wide after %d probes, want at most %v", 2*unc, probes, clockNarrowWidth)
+			}
+			if _, ok := c.probeAt(s.local.Now()); ok {
+				t.Error("a probe still asked for with the interval narrow")
+			}
+			// The leader's fixed-phase samples keep it narrow.
+			for range 100 {
+				s.exchange(c, time.Second, 5*time.Millisecond)
+			}
+			if _, u, _ := c.Offset(); 2*u > clockNarrowWidth+time.Millisecond {
+				t.Errorf("interval %v wide 100 periods later", 2*u)
+			}
+		})
+	}
+	t.Run("synced", func(t *testing.T) {
+		s := newClockSim(20*time.Millisecond, 5)
+		c := newServerClock(s.local)
+		for range 20 {
+			s.exchange(c, time.Second, 5*time.Millisecond)
+		}
+		if at, ok := c.probeAt(s.local.Now()); ok {
+			t.Errorf("a probe at %v for a clock within the tolerance", at)
+		}
+	})
 }
 
 func TestServerClockStep(t *testing.T) {

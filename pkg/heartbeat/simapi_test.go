@@ -328,6 +328,8 @@ func (s *simServer) classify(req *http.Request) (kind, name string) {
 	p := req.URL.Path
 	watching := req.URL.Query().Get("watch") == "true"
 	switch {
+	case p == "/version" && req.Method == http.MethodGet:
+		return "version-get", ""
 	case p == leases && req.Method == http.MethodGet && watching:
 		return "lease-watch", ""
 	case p == leases && req.Method == http.MethodPost:
@@ -406,6 +408,8 @@ func (s *simServer) applyLocked(r *simRequest) simResponse {
 		return simResponse{code: code, body: b}
 	}
 	switch r.kind {
+	case "version-get":
+		return json200(map[string]string{"major": "1", "minor": "37", "gitVersion": "v1.37.2"})
 	case "lease-get":
 		if s.lease == nil || r.name != s.leaseName {
 			return fail(apierrors.NewNotFound(leaseGR, r.name))

@@ -90,6 +90,32 @@ func TestFencingPolicy(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("pod-b: got %v, want a refusal containing %q", err, want)
 	}
+	// The reporter tells this refusal from a missing permission.
+	if !heartbeat.IsFenced(err) {
+		t.Errorf("heartbeat.IsFenced(%v) = false for the policy's refusal", err)
+	}
+	// The Lease made again after a deletion, with no holder yet (as the
+	// webhook and the reporters make it): nobody may move the heartbeat.
+	vacant := lease.DeepCopy()
+	vacant.ResourceVersion, vacant.UID = "", ""
+	if err := k8s.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	vacant.Spec = coordinationv1.LeaseSpec{}
+	mustCreate(t, vacant)
+	poll(t, "the holder refused while the Lease is made again with no holder", func(ctx context.Context) (bool, string) {
+		err := beat(ctx, podA, ns, instance)
+		return heartbeat.IsFenced(err) && strings.Contains(err.Error(), "held by nobody"), fmt.Sprint(err)
+	})
+	if err := k8s.Delete(ctx, vacant); err != nil {
+		t.Fatal(err)
+	}
+	lease.ResourceVersion, lease.UID = "", ""
+	mustCreate(t, lease)
+	poll(t, "the holder admitted again", func(ctx context.Context) (bool, string) {
+		err := beat(ctx, podA, ns, instance)
+		return err == nil, fmt.Sprint(err)
+	})
 	err = beat(ctx, plain, ns, instance)
 	if err == nil || !strings.Contains(err.Error(), "carries no pod name") {
 		t.Errorf("plain token: got %v, want a refusal saying it carries no pod name", err)
