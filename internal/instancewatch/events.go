@@ -40,16 +40,14 @@ const (
 // server's event TTL (1h by default) has removed it, a newly elected replica
 // records it once more.
 type Recorder struct {
-	// Reader is the manager's cache: a client reads unstructured objects
-	// from the API server, with a get the webhook may not do.
+	// Reader reads AddonInstances: the manager's cache (the webhook's role
+	// has list and watch on them, no get).
 	Reader client.Reader
 	// Client creates the Events.
 	Client client.Client
 	// Instance is the reporting instance: the webhook's pod name.
 	Instance string
 	Log      logr.Logger
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
 
 	// recorded is, per AddonInstance, the UID and period of the last Event
 	// recorded. Reconciles run one at a time (the controller's default), so
@@ -77,15 +75,15 @@ func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile records the Event the AddonInstance's period deserves, unless
 // it was recorded for this period already.
 func (r *Recorder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	u := &Object{}
-	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
+	o := &Object{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, o); err != nil {
 		if apierrors.IsNotFound(err) {
 			delete(r.recorded, req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("reading AddonInstance %s: %w", req.NamespacedName, err)
 	}
-	in := FromObject(u)
+	in := FromObject(o)
 	f, bad := Check(in)
 	if !bad {
 		delete(r.recorded, req.NamespacedName)
@@ -94,11 +92,7 @@ func (r *Recorder) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if prev, ok := r.recorded[req.NamespacedName]; ok && prev == (recordedPeriod{in.UID, in.Period}) {
 		return reconcile.Result{}, nil
 	}
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	ev := Event(in, f, r.Instance, now())
+	ev := Event(in, f, r.Instance, time.Now())
 	switch err := r.Client.Create(ctx, ev); {
 	case apierrors.IsAlreadyExists(err):
 		// Recorded by this replica before a restart, or by another one.
