@@ -11,6 +11,10 @@ ASSETS = $(shell hack/kube-binaries.sh | tail -n 1)
 # OLM's operator for test/e2e (an addon installed from a ClusterServiceVersion),
 # built once into the same cache (hack/olm-binary.sh).
 OLM_ASSETS = $(shell hack/olm-binary.sh | tail -n 1)
+# Prometheus and promtool for the tests of the chart's alerts and dashboard
+# (test/chart, test/e2e), built once into the same cache
+# (hack/prometheus-binaries.sh).
+PROMETHEUS_ASSETS = $(shell hack/prometheus-binaries.sh | tail -n 1)
 
 .PHONY: all
 all: build
@@ -23,14 +27,16 @@ build: ## Build the webhook, the reporter and addon-heartbeat (also as the kubec
 	cp -f bin/addon-heartbeat bin/kubectl-addon_heartbeat
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (slow once, then cached).
+envtest-assets: ## Build kube-apiserver, etcd, OLM's operator, Prometheus and promtool for the tests (slow once, then cached).
 	@hack/kube-binaries.sh
 	@hack/olm-binary.sh
+	@hack/prometheus-binaries.sh
 
 .PHONY: test
 test: ## Run every test against a real kube-apiserver and etcd.
-	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && echo "KUBEBUILDER_ASSETS=$$assets OLM_ASSETS=$$olm" && \
-	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && prom="$(PROMETHEUS_ASSETS)" && \
+	echo "KUBEBUILDER_ASSETS=$$assets OLM_ASSETS=$$olm PROMETHEUS_ASSETS=$$prom" && \
+	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" PROMETHEUS_ASSETS="$$prom" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 	@# OpenShift's own SCC admission on the injected pods: a module of its own
 	@# (k8s.io/kubernetes v1.36, test/openshift/README.md), run without -race:
 	@# it exercises upstream code single-threaded, and -race doubles its build.
@@ -38,7 +44,7 @@ test: ## Run every test against a real kube-apiserver and etcd.
 
 .PHONY: test-stress
 test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a CPU hog on every core.
-	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" hack/test-stress.sh
+	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && prom="$(PROMETHEUS_ASSETS)" && KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" PROMETHEUS_ASSETS="$$prom" hack/test-stress.sh
 
 .PHONY: demo
 demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).

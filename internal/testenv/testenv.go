@@ -52,19 +52,29 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// CacheDir is the folder outside the checkout where hack/*.sh build the
+// binaries the tests run: ADDON_HEARTBEAT_CACHE, or addon-heartbeat in the
+// user's cache folder.
+func CacheDir() (string, error) {
+	if cache := os.Getenv("ADDON_HEARTBEAT_CACHE"); cache != "" {
+		return cache, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("locating the cache folder: %w", err)
+	}
+	return filepath.Join(base, "addon-heartbeat"), nil
+}
+
 // AssetsDir returns KUBEBUILDER_ASSETS, or the cache folder that
 // hack/kube-binaries.sh writes, when it holds the binaries.
 func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}
-	cache := os.Getenv("ADDON_HEARTBEAT_CACHE")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("locating the cache folder: %w", err)
-		}
-		cache = filepath.Join(base, "addon-heartbeat")
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
 	}
 	dir := filepath.Join(cache, "bin", "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
 	for _, bin := range []string{"kube-apiserver", "etcd"} {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,14 +27,16 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/certexpiry"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certrotator"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/instancewatch"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
@@ -329,6 +332,8 @@ func (o Options) Validate() error {
 func scheme() *k8sruntime.Scheme {
 	s := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	// AddonInstances as the per-AddonInstance gauges read them.
+	utilruntime.Must(instancewatch.AddToScheme(s))
 	return s
 }
 
@@ -353,13 +358,28 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	// Serving from memory in self-managed mode: the certificate is in the
 	// manager's cache as soon as the Secret changes, with no Secret volume
 	// (whose kubelet sync lags by up to a minute) and no writable folder.
-	var src *certrotator.Source
-	tlsOpts := []func(*tls.Config){tlsDefaults}
+	// The other modes serve the files in CertDir, by a watcher made here
+	// rather than by the webhook server, so that the served certificate's
+	// expiry can be exported in every mode.
+	var (
+		src     *certrotator.Source
+		files   *certwatcher.CertWatcher
+		serving certexpiry.Source
+	)
 	if selfManaged {
 		src = &certrotator.Source{}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = src.GetCertificate })
+		serving = src.GetCertificate
+	} else {
+		var err error
+		files, err = certwatcher.New(filepath.Join(o.CertDir, o.CertName), filepath.Join(o.CertDir, o.KeyName))
+		if err != nil {
+			return fmt.Errorf("loading the serving certificate from %s: %w", o.CertDir, err)
+		}
+		serving = files.GetCertificate
 	}
-	byObject := map[client.Object]cache.ByObject{}
+	tlsOpts := []func(*tls.Config){tlsDefaults}
+	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = serving })
+	byObject := instancewatch.CacheOptions()
 	if manageRBAC {
 		maps.Copy(byObject, rbacCfg.CacheOptions())
 	}
@@ -410,6 +430,25 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	metrics, err := NewMetrics(crmetrics.Registry)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if files != nil {
+		if err := mgr.Add(files); err != nil {
+			return fmt.Errorf("adding the serving certificate watcher: %w", err)
+		}
+	}
+	certGauges, err := registerOrReuse(crmetrics.Registry, &certexpiry.Collector{})
+	if err != nil {
+		return fmt.Errorf("registering the serving certificate metrics: %w", err)
+	}
+	if err := mgr.Add(certGauges.Holder(serving)); err != nil {
+		return fmt.Errorf("adding the serving certificate metrics: %w", err)
+	}
+	instanceGauges, err := registerOrReuse(crmetrics.Registry, &instancewatch.Collector{})
+	if err != nil {
+		return fmt.Errorf("registering the AddonInstance metrics: %w", err)
+	}
+	if err := instancewatch.Setup(ctx, mgr, instanceGauges, "", log.WithName("addoninstances")); err != nil {
+		return err
 	}
 	server := mgr.GetWebhookServer()
 	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics,
