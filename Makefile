@@ -5,9 +5,13 @@
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
 GOTESTFLAGS ?=
-# Kubernetes and etcd binaries, built once into a cache folder outside the
-# checkout (hack/kube-binaries.sh prints it as its last line).
-ASSETS = $(shell hack/kube-binaries.sh | tail -n 1)
+# kube-apiserver and etcd, built once into a cache folder outside the checkout
+# (hack/kube-binaries.sh prints it as its last line). KUBE_VERSION=v1.30.14
+# make test runs the tests on another Kubernetes release (see test-matrix).
+ASSETS = $(shell KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh | tail -n 1)
+# The Kubernetes releases of `make test-matrix`: the oldest the chart supports
+# (OpenShift 4.17), OpenShift 4.20's, and the newest, which make test runs.
+KUBE_MATRIX ?= v1.30.14 v1.33.13 v1.37.2
 # OLM's operator for test/e2e (an addon installed from a ClusterServiceVersion),
 # built once into the same cache (hack/olm-binary.sh).
 OLM_ASSETS = $(shell hack/olm-binary.sh | tail -n 1)
@@ -20,8 +24,8 @@ build: ## Build the webhook and the reporter into bin/.
 	$(GO) build -o bin/ ./cmd/...
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (slow once, then cached).
-	@hack/kube-binaries.sh
+envtest-assets: ## Build kube-apiserver, etcd and OLM's operator for the tests (slow once, then cached; KUBE_VERSION=v1.30.14 for another release).
+	@KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh
 	@hack/olm-binary.sh
 
 .PHONY: test
@@ -32,6 +36,10 @@ test: ## Run every test against a real kube-apiserver and etcd.
 	@# (k8s.io/kubernetes v1.36, test/openshift/README.md), run without -race:
 	@# it exercises upstream code single-threaded, and -race doubles its build.
 	@cd test/openshift && $(GO) test -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: test-matrix
+test-matrix: ## Run the suites that start an API server (envtest, test/e2e) on each Kubernetes release of KUBE_MATRIX.
+	@KUBE_MATRIX="$(KUBE_MATRIX)" GOTESTFLAGS="$(GOTESTFLAGS)" hack/test-matrix.sh
 
 .PHONY: test-stress
 test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a CPU hog on every core.
@@ -75,5 +83,5 @@ images-tar: ## Write the images (addon-heartbeat, pause, example addon) as OCI t
 
 .PHONY: e2e-node
 e2e-node: ## Real-node end to end (root): a single-node cluster in its own network namespace, helm install, real pods heartbeating.
-	@assets="$(ASSETS)" && helm="$$(hack/node-binaries.sh | tail -n 1)/helm" && \
+	@assets="$$(KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh node | tail -n 1)" && helm="$$(hack/node-binaries.sh | tail -n 1)/helm" && \
 	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -tags node -count=1 -timeout 30m -v $(GOTESTFLAGS) ./test/node/

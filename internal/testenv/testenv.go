@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,8 @@ import (
 )
 
 // Versions of the binaries and of the upstream modules that carry CRDs. They
-// match hack/kube-binaries.sh and the Makefile.
+// match hack/kube-binaries.sh and the Makefile. KubeVersion is the default
+// release; KUBE_VERSION picks another (make test-matrix).
 const (
 	KubeVersion          = "v1.37.2"
 	EtcdVersion          = "v3.6.16"
@@ -53,7 +55,8 @@ func RepoRoot() string {
 }
 
 // AssetsDir returns KUBEBUILDER_ASSETS, or the cache folder that
-// hack/kube-binaries.sh writes, when it holds the binaries.
+// hack/kube-binaries.sh writes for KUBE_VERSION (KubeVersion when unset),
+// when it holds the binaries.
 func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
@@ -66,10 +69,11 @@ func AssetsDir() (string, error) {
 		}
 		cache = filepath.Join(base, "addon-heartbeat")
 	}
-	dir := filepath.Join(cache, "bin", "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
+	version := cmp.Or(os.Getenv("KUBE_VERSION"), KubeVersion)
+	dir := filepath.Join(cache, "bin", "k8s-"+version+"-etcd-"+EtcdVersion)
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", fmt.Errorf("no %s in %s: run `make envtest-assets` or set KUBEBUILDER_ASSETS: %w", bin, dir, err)
+			return "", fmt.Errorf("no %s in %s: run `make envtest-assets KUBE_VERSION=%s` or set KUBEBUILDER_ASSETS: %w", bin, dir, version, err)
 		}
 	}
 	return dir, nil

@@ -1,0 +1,255 @@
+package chart_test
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+)
+
+// Helm refuses to install the chart on a Kubernetes older than it supports,
+// with Helm's own message; pre-release and vendor builds of a supported
+// release install.
+func TestKubeVersionRefusedBeforeSupported(t *testing.T) {
+	tests := map[string]struct {
+		version string
+		refused bool
+	}{
+		"1.29, the last minor before":  {version: "v1.29.15", refused: true},
+		"1.30.0, the first supported":  {version: "v1.30.0"},
+		"a vendor build of 1.30 (EKS)": {version: "v1.30.4-eks-a737599"},
+		"1.33 (OpenShift 4.20)":        {version: "v1.33.13"},
+		"1.37":                         {version: "v1.37.2"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := chart.RenderFor(chart.DefaultRelease, chart.Cluster{KubeVersion: tc.version}, nil)
+			want := "chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes " + tc.version
+			switch {
+			case tc.refused && (err == nil || err.Error() != want):
+				t.Errorf("rendering for %s: error %v, want %q", tc.version, err, want)
+			case !tc.refused && err != nil:
+				t.Errorf("rendering for %s: %v", tc.version, err)
+			}
+		})
+	}
+}
+
+// What `helm install` renders on this API server (its version and the APIs it
+// serves, found by discovery as Helm finds them) is accepted by it, and
+// includes the fencing policy, which every supported minor serves. The
+// matrix (make test-matrix) runs this on each Kubernetes minor it covers.
+func TestChartOnThisAPIServer(t *testing.T) {
+	cluster, err := chart.Discover(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kubernetes %s", cluster.KubeVersion)
+	for _, v := range chart.AdmissionPolicyAPIVersions {
+		if !slices.Contains(cluster.APIVersions, v) {
+			t.Errorf("the API server does not serve %s", v)
+		}
+	}
+	objs, notes := renderFor(t, cluster, "")
+	mustFind(t, objs, "ValidatingAdmissionPolicy", chart.DefaultRelease.Name+"-fencing")
+	mustFind(t, objs, "ValidatingAdmissionPolicyBinding", chart.DefaultRelease.Name+"-fencing")
+	for _, o := range objs {
+		if err := k8s.Create(t.Context(), o.DeepCopy(), client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", chart.Key(o), err)
+		}
+	}
+	if !strings.Contains(notes, "addon-heartbeat.io/inject=true") {
+		t.Errorf("NOTES.txt:\n%s", notes)
+	}
+}
+
+// betaGates are the feature gates the product needs that a supported
+// Kubernetes release still lets a cluster turn off, each with what the API
+// server then does to the product (shown by effect on an API server with the
+// gate off).
+var betaGates = map[string]struct {
+	// note is what NOTES.txt says when the gate can be turned off.
+	note   string
+	effect func(t *testing.T, cfg *rest.Config)
+}{
+	"SidecarContainers": {
+		note:   "native sidecar, which is beta before Kubernetes 1.33\n(feature gate SidecarContainers",
+		effect: sidecarRestartPolicyDropped,
+	},
+	"ServiceAccountTokenPodNodeInfo": {
+		note:   "pod name in its service-account token,\nwhich is beta before Kubernetes 1.32 (feature gate ServiceAccountTokenPodNodeInfo",
+		effect: noPodNameInTokens,
+	},
+}
+
+// NOTES.txt warns about a feature gate exactly where this Kubernetes release
+// lets a cluster turn it off: kube-apiserver accepts --feature-gates=<gate>=false
+// (and then does what the note says), or refuses it as locked or unknown (and
+// the note is absent). The matrix runs this on releases on both sides.
+func TestNotesWarnWhereAGateCanBeOff(t *testing.T) {
+	cluster, err := chart.Discover(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, notes := renderFor(t, cluster, "")
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gate, tc := range betaGates {
+		t.Run(gate, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd := exec.CommandContext(t.Context(), filepath.Join(assets, "kube-apiserver"), "--feature-gates="+gate+"=false", "--version")
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			warned := strings.Contains(notes, tc.note)
+			var exit *exec.ExitError
+			switch {
+			case err == nil:
+				t.Logf("Kubernetes %s accepts %s=false (%s)", cluster.KubeVersion, gate, strings.TrimSpace(string(out)))
+				if !warned {
+					t.Errorf("Kubernetes %s lets a cluster turn %s off, and NOTES.txt does not say %q:\n%s", cluster.KubeVersion, gate, tc.note, notes)
+				}
+				env, err := testenv.Start(testenv.Options{APIServerArgs: map[string]string{"feature-gates": gate + "=false"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := env.Stop(); err != nil {
+						t.Error(err)
+					}
+				})
+				tc.effect(t, env.Config)
+			case errors.As(err, &exit) && (strings.Contains(stderr.String(), "cannot set feature gate "+gate+" to false, feature is locked to true") ||
+				strings.Contains(stderr.String(), "unrecognized feature gate: "+gate)):
+				t.Logf("Kubernetes %s: %s is always on", cluster.KubeVersion, gate)
+				if warned {
+					t.Errorf("NOTES.txt warns about %s, which Kubernetes %s cannot turn off:\n%s", gate, cluster.KubeVersion, notes)
+				}
+			default:
+				t.Fatalf("kube-apiserver --feature-gates=%s=false --version: %v: %s", gate, err, stderr.String())
+			}
+		})
+	}
+}
+
+// Which notes each minor gets, and that the choices that avoid the gates
+// (reporter.nativeSidecar=false, fencing.enabled=false) silence them.
+// TestNotesWarnWhereAGateCanBeOff checks the same boundaries against each
+// release's own kube-apiserver.
+func TestNotesPerKubernetesVersion(t *testing.T) {
+	const sidecar, podName = "SidecarContainers", "ServiceAccountTokenPodNodeInfo"
+	tests := map[string]struct {
+		version, values string
+		want            []string
+	}{
+		"1.30":                        {version: "v1.30.14", want: []string{sidecar, podName}},
+		"1.31":                        {version: "v1.31.14", want: []string{sidecar, podName}},
+		"1.32":                        {version: "v1.32.13", want: []string{sidecar}},
+		"1.33":                        {version: "v1.33.13"},
+		"1.37":                        {version: "v1.37.2"},
+		"1.30 with a plain container": {version: "v1.30.14", values: `reporter: {nativeSidecar: false}`, want: []string{podName}},
+		"1.30 without fencing":        {version: "v1.30.14", values: `fencing: {enabled: false}`, want: []string{sidecar}},
+		"1.31 without either":         {version: "v1.31.14", values: `{reporter: {nativeSidecar: false}, fencing: {enabled: false}}`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cluster := chart.Cluster{KubeVersion: tc.version}.With(chart.AdmissionPolicyAPIVersions...)
+			_, notes := renderFor(t, cluster, tc.values)
+			for gate, g := range betaGates {
+				if got, want := strings.Contains(notes, g.note), slices.Contains(tc.want, gate); got != want {
+					t.Errorf("Kubernetes %s, values %q: NOTES.txt mentions %s: %v, want %v:\n%s", tc.version, tc.values, gate, got, want, notes)
+				}
+			}
+		})
+	}
+}
+
+// sidecarRestartPolicyDropped: the API server stores an init container's
+// restartPolicy Always as nothing, so the reporter would run as a plain init
+// container that never ends.
+func sidecarRestartPolicyDropped(t *testing.T, cfg *rest.Config) {
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sidecar-"}}
+	if err := c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "addon"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "addon"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					InitContainers: []corev1.Container{{Name: "heartbeat-reporter", Image: "example.invalid/reporter:1",
+						RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
+					Containers: []corev1.Container{{Name: "manager", Image: "example.invalid/addon:1"}},
+				},
+			},
+		},
+	}
+	if err := c.Create(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Spec.Template.Spec.InitContainers[0].RestartPolicy; got != nil {
+		t.Errorf("with SidecarContainers off, the API server kept the init container's restartPolicy %s", *got)
+	}
+}
+
+// noPodNameInTokens: a token bound to a pod carries no pod name, which the
+// fencing policy then refuses (TestFencingPolicy: "this request carries no pod
+// name").
+func noPodNameInTokens(t *testing.T, cfg *rest.Config) {
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := t.Context()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "token-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "addon"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods(ns.Name).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "addon-0"},
+		Spec: corev1.PodSpec{ServiceAccountName: "addon", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c:1"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "addon", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podCfg := rest.AnonymousClientConfig(cfg)
+	podCfg.BearerToken = tr.Status.Token
+	review, err := kubernetes.NewForConfigOrDie(podCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if review.Status.UserInfo.Username != "system:serviceaccount:"+ns.Name+":addon" {
+		t.Fatalf("the bound token authenticates as %q", review.Status.UserInfo.Username)
+	}
+	if got, ok := review.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"]; ok {
+		t.Errorf("with ServiceAccountTokenPodNodeInfo off, a token bound to %s still names pod %v", pod.Name, got)
+	}
+}
