@@ -3,8 +3,10 @@ package chart_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
+	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
 // Helm refuses to install the chart on a Kubernetes older than it supports,
@@ -180,9 +183,11 @@ func TestNotesPerKubernetesVersion(t *testing.T) {
 	}
 }
 
-// sidecarRestartPolicyDropped: the API server stores an init container's
-// restartPolicy Always as nothing, so the reporter would run as a plain init
-// container that never ends.
+// sidecarRestartPolicyDropped: the API server stores the injected native
+// sidecar without its restartPolicy, so the reporter would run as a plain init
+// container that never ends; the plain container that reporter.nativeSidecar
+// false injects is stored as injected, so that admitting it again changes
+// nothing (no rollout).
 func sidecarRestartPolicyDropped(t *testing.T, cfg *rest.Config) {
 	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
@@ -192,26 +197,50 @@ func sidecarRestartPolicyDropped(t *testing.T, cfg *rest.Config) {
 	if err := c.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"app": "addon"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "addon"},
+	for name, native := range map[string]bool{"native": true, "plain": false} {
+		injectCfg := inject.DefaultConfig()
+		injectCfg.Image = "registry.example.com/addon-heartbeat:v0.1.0"
+		injectCfg.NativeSidecar = native
+		res, err := inject.Mutate(optedInDeployment(ns.Name, name), injectCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := res.Deployment
+		if err := c.Create(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+		spec := d.Spec.Template.Spec
+		if native {
+			i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == inject.ContainerName })
+			if i < 0 {
+				t.Fatalf("no %s init container stored: %+v", inject.ContainerName, spec)
+			}
+			if got := spec.InitContainers[i].RestartPolicy; got != nil {
+				t.Errorf("with SidecarContainers off, the API server kept the native sidecar's restartPolicy %s", *got)
+			}
+			continue
+		}
+		again, err := inject.Mutate(d, injectCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Action != inject.Unchanged {
+			t.Errorf("the stored plain-container Deployment is not as injected: admitting it again would %s it: %s", again.Action, again.Patch)
+		}
+	}
+}
+
+func optedInDeployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{"addon-heartbeat.io/inject": "true"}},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					InitContainers: []corev1.Container{{Name: "heartbeat-reporter", Image: "example.invalid/reporter:1",
-						RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
-					Containers: []corev1.Container{{Name: "manager", Image: "example.invalid/addon:1"}},
-				},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.invalid/addon:1"}}},
 			},
 		},
-	}
-	if err := c.Create(t.Context(), d); err != nil {
-		t.Fatal(err)
-	}
-	if got := d.Spec.Template.Spec.InitContainers[0].RestartPolicy; got != nil {
-		t.Errorf("with SidecarContainers off, the API server kept the init container's restartPolicy %s", *got)
 	}
 }
 
@@ -251,5 +280,61 @@ func noPodNameInTokens(t *testing.T, cfg *rest.Config) {
 	}
 	if got, ok := review.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"]; ok {
 		t.Errorf("with ServiceAccountTokenPodNodeInfo off, a token bound to %s still names pod %v", pod.Name, got)
+	}
+}
+
+// README's support table names, for each feature, the tests that prove it on
+// every release of the matrix: each named test exists in the package named
+// before it, and every package it names runs in the matrix (it starts an API
+// server through internal/testenv), or is test/node.
+func TestREADMESupportTableNamesRealTests(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Supported Kubernetes versions\n")
+	if !ok {
+		t.Fatal("README.md has no section Supported Kubernetes versions")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	cell := regexp.MustCompile("`((?:test|internal|pkg)/[a-z0-9]+)`(?::((?: ?`Test[A-Za-z]+`,?)+))?")
+	rows := 0
+	for line := range strings.SplitSeq(section, "\n") {
+		cells := strings.Split(line, " | ")
+		if len(cells) != 3 || !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| feature") {
+			continue
+		}
+		rows++
+		found := cell.FindAllStringSubmatch(cells[2], -1)
+		if len(found) == 0 {
+			t.Errorf("row %q names no test package", line)
+		}
+		for _, m := range found {
+			dir := filepath.Join(testenv.RepoRoot(), m[1])
+			sources, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+			if err != nil || len(sources) == 0 {
+				t.Errorf("row %q: %s has no tests (%v)", cells[0], m[1], err)
+				continue
+			}
+			var code strings.Builder
+			for _, f := range sources {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				code.Write(data)
+			}
+			if m[1] != "test/node" && !strings.Contains(code.String(), "internal/testenv\"") && !strings.Contains(code.String(), "internal/localcluster\"") {
+				t.Errorf("row %q: %s does not start an API server, so the matrix does not run it", cells[0], m[1])
+			}
+			for _, name := range regexp.MustCompile("Test[A-Za-z]+").FindAllString(m[2], -1) {
+				if !strings.Contains(code.String(), "\nfunc "+name+"(t *testing.T)") {
+					t.Errorf("row %q: no %s in %s", cells[0], name, m[1])
+				}
+			}
+		}
+	}
+	if rows < 5 {
+		t.Errorf("README's support table has %d rows", rows)
 	}
 }
