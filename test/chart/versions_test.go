@@ -12,12 +12,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
@@ -84,7 +82,9 @@ func TestChartOnThisAPIServer(t *testing.T) {
 // betaGates are the feature gates the product needs that a supported
 // Kubernetes release still lets a cluster turn off, each with what the API
 // server then does to the product (shown by effect on an API server with the
-// gate off).
+// gate off). The pod name in bound service-account tokens, which fencing
+// reads, is not one: ServiceAccountTokenPodNodeInfo (beta before 1.32) gates
+// only the node's name and UID.
 var betaGates = map[string]struct {
 	// note is what NOTES.txt says when the gate can be turned off.
 	note   string
@@ -92,11 +92,7 @@ var betaGates = map[string]struct {
 }{
 	"SidecarContainers": {
 		note:   "native sidecar, which is beta before Kubernetes 1.33\n(feature gate SidecarContainers",
-		effect: sidecarRestartPolicyDropped,
-	},
-	"ServiceAccountTokenPodNodeInfo": {
-		note:   "pod name in its service-account token,\nwhich is beta before Kubernetes 1.32 (feature gate ServiceAccountTokenPodNodeInfo",
-		effect: noPodNameInTokens,
+		effect: nativeSidecarRefused,
 	},
 }
 
@@ -151,24 +147,21 @@ func TestNotesWarnWhereAGateCanBeOff(t *testing.T) {
 	}
 }
 
-// Which notes each minor gets, and that the choices that avoid the gates
-// (reporter.nativeSidecar=false, fencing.enabled=false) silence them.
+// Which notes each minor gets, and that the choice that avoids the gate
+// (reporter.nativeSidecar=false) silences it.
 // TestNotesWarnWhereAGateCanBeOff checks the same boundaries against each
 // release's own kube-apiserver.
 func TestNotesPerKubernetesVersion(t *testing.T) {
-	const sidecar, podName = "SidecarContainers", "ServiceAccountTokenPodNodeInfo"
+	const sidecar = "SidecarContainers"
 	tests := map[string]struct {
 		version, values string
 		want            []string
 	}{
-		"1.30":                        {version: "v1.30.14", want: []string{sidecar, podName}},
-		"1.31":                        {version: "v1.31.14", want: []string{sidecar, podName}},
+		"1.30":                        {version: "v1.30.14", want: []string{sidecar}},
 		"1.32":                        {version: "v1.32.13", want: []string{sidecar}},
 		"1.33":                        {version: "v1.33.13"},
 		"1.37":                        {version: "v1.37.2"},
-		"1.30 with a plain container": {version: "v1.30.14", values: `reporter: {nativeSidecar: false}`, want: []string{podName}},
-		"1.30 without fencing":        {version: "v1.30.14", values: `fencing: {enabled: false}`, want: []string{sidecar}},
-		"1.31 without either":         {version: "v1.31.14", values: `{reporter: {nativeSidecar: false}, fencing: {enabled: false}}`},
+		"1.30 with a plain container": {version: "v1.30.14", values: `reporter: {nativeSidecar: false}`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -183,12 +176,12 @@ func TestNotesPerKubernetesVersion(t *testing.T) {
 	}
 }
 
-// sidecarRestartPolicyDropped: the API server stores the injected native
-// sidecar without its restartPolicy, so the reporter would run as a plain init
-// container that never ends; the plain container that reporter.nativeSidecar
-// false injects is stored as injected, so that admitting it again changes
-// nothing (no rollout).
-func sidecarRestartPolicyDropped(t *testing.T, cfg *rest.Config) {
+// nativeSidecarRefused: the API server drops the injected native sidecar's
+// restartPolicy, and then refuses the Deployment, since a plain init container
+// may have no probes; the plain container that reporter.nativeSidecar false
+// injects is stored as injected, so that admitting it again changes nothing
+// (no rollout).
+func nativeSidecarRefused(t *testing.T, cfg *rest.Config) {
 	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -205,27 +198,23 @@ func sidecarRestartPolicyDropped(t *testing.T, cfg *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := res.Deployment
-		if err := c.Create(t.Context(), d); err != nil {
-			t.Fatal(err)
-		}
-		spec := d.Spec.Template.Spec
+		err = c.Create(t.Context(), res.Deployment)
 		if native {
-			i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == inject.ContainerName })
-			if i < 0 {
-				t.Fatalf("no %s init container stored: %+v", inject.ContainerName, spec)
-			}
-			if got := spec.InitContainers[i].RestartPolicy; got != nil {
-				t.Errorf("with SidecarContainers off, the API server kept the native sidecar's restartPolicy %s", *got)
+			const refusal = "may not be set for init containers without restartPolicy=Always"
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), refusal) {
+				t.Errorf("with SidecarContainers off, creating a Deployment with the native sidecar: %v, want it refused: %q", err, refusal)
 			}
 			continue
 		}
-		again, err := inject.Mutate(d, injectCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := inject.Mutate(res.Deployment, injectCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if again.Action != inject.Unchanged {
-			t.Errorf("the stored plain-container Deployment is not as injected: admitting it again would %s it: %s", again.Action, again.Patch)
+			t.Errorf("the stored plain-container Deployment is not as injected: admitting it again is %q, patch %s", again.Action, again.Patch)
 		}
 	}
 }
@@ -241,45 +230,6 @@ func optedInDeployment(ns, name string) *appsv1.Deployment {
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.invalid/addon:1"}}},
 			},
 		},
-	}
-}
-
-// noPodNameInTokens: a token bound to a pod carries no pod name, which the
-// fencing policy then refuses (TestFencingPolicy: "this request carries no pod
-// name").
-func noPodNameInTokens(t *testing.T, cfg *rest.Config) {
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	ctx := t.Context()
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "token-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "addon"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := cs.CoreV1().Pods(ns.Name).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "addon-0"},
-		Spec: corev1.PodSpec{ServiceAccountName: "addon", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c:1"}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns.Name).CreateToken(ctx, "addon", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		ExpirationSeconds: ptr.To[int64](3600),
-		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	podCfg := rest.AnonymousClientConfig(cfg)
-	podCfg.BearerToken = tr.Status.Token
-	review, err := kubernetes.NewForConfigOrDie(podCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if review.Status.UserInfo.Username != "system:serviceaccount:"+ns.Name+":addon" {
-		t.Fatalf("the bound token authenticates as %q", review.Status.UserInfo.Username)
-	}
-	if got, ok := review.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"]; ok {
-		t.Errorf("with ServiceAccountTokenPodNodeInfo off, a token bound to %s still names pod %v", pod.Name, got)
 	}
 }
 
