@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -194,7 +193,9 @@ func nativeSidecarRefused(t *testing.T, cfg *rest.Config) {
 		injectCfg := inject.DefaultConfig()
 		injectCfg.Image = "registry.example.com/addon-heartbeat:v0.1.0"
 		injectCfg.NativeSidecar = native
-		res, err := inject.Mutate(optedInDeployment(ns.Name, name), injectCfg)
+		d := optedIn()
+		d.Namespace, d.Name = ns.Name, name
+		res, err := inject.Mutate(d, injectCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,20 +217,6 @@ func nativeSidecarRefused(t *testing.T, cfg *rest.Config) {
 		if again.Action != inject.Unchanged {
 			t.Errorf("the stored plain-container Deployment is not as injected: admitting it again is %q, patch %s", again.Action, again.Patch)
 		}
-	}
-}
-
-func optedInDeployment(ns, name string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{"addon-heartbeat.io/inject": "true"}},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.invalid/addon:1"}}},
-			},
-		},
 	}
 }
 
