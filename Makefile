@@ -48,7 +48,9 @@ test-stress: ## Run the time-sensitive suites RUNS times (default 10) beside a C
 .PHONY: demo
 demo: ## Run the whole path on a local control plane: webhook, example addon, heartbeats (DEMO_FLAGS=--duration=2m).
 	@echo "==> Compiling the demo driver (the first time, Go downloads and builds its modules: a few minutes)"
-	@$(GO) build -o bin/demo ./hack/demo
+	@# Static and -trimpath, as the demo then builds the webhook and the reporter
+	@# (internal/localcluster.Build): they reuse the packages compiled here.
+	@CGO_ENABLED=0 $(GO) build -trimpath -o bin/demo ./hack/demo
 	@bin/demo $(DEMO_FLAGS)
 
 .PHONY: bench
