@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
@@ -48,10 +49,45 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// RepoRoot is the checkout's root folder.
+// modulePath is the main module's path, as its go.mod says.
+const modulePath = "github.com/addon-heartbeat/addon-heartbeat"
+
+// RepoRoot is the checkout's root folder: where this source file was
+// compiled from or, in a binary built with -trimpath (make demo's driver),
+// whose source paths are module paths, the working directory or the nearest
+// folder above it whose go.mod is this module's.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "."
+	}
+	return repoRoot(file, wd)
+}
+
+// repoRoot is RepoRoot for this file compiled as file, run in folder wd.
+func repoRoot(file, wd string) string {
+	if filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declaresModule(data, modulePath) {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return wd
+		}
+	}
+}
+
+// declaresModule tells whether a go.mod file's module directive names path.
+func declaresModule(gomod []byte, path string) bool {
+	for line := range strings.SplitSeq(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == path
+		}
+	}
+	return false
 }
 
 // AssetsDir returns KUBEBUILDER_ASSETS, or the cache folder that
