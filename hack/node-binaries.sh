@@ -4,7 +4,10 @@
 #  - the Helm CLI (helm.sh/helm/v4, pinned in hack/tools/helm), built into a
 #    cache folder outside the checkout keyed by its version, reused afterwards;
 #  - containerd, runc and the CNI plugins from the distribution's packages
-#    (Debian: containerd, runc, containernetworking-plugins), when missing.
+#    (Debian: containerd, runc, containernetworking-plugins), when missing;
+#  - qemu-user (Debian: qemu-user, without qemu-user-binfmt, so that the
+#    host's binfmt_misc is left alone), which runs the release's arm64
+#    binaries, when missing.
 #
 # Prints the Helm folder as the last line on stdout.
 set -euo pipefail
@@ -28,15 +31,16 @@ missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || missing+=(containernetworking-plugins)
+command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user)
 if ((${#missing[@]})); then
 	if ! command -v apt-get >/dev/null; then
-		log "missing ${missing[*]} and no apt-get: install containerd (1.6+), runc and the CNI plugins (in /usr/lib/cni)"
+		log "missing ${missing[*]} and no apt-get: install containerd (1.6+), runc, the CNI plugins (in /usr/lib/cni) and qemu-user (qemu-aarch64)"
 		exit 1
 	fi
-	log "installing containerd, runc and containernetworking-plugins"
+	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >&2
-	apt-get install -y -qq --no-install-recommends containerd runc containernetworking-plugins >&2
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
 echo "${out}"

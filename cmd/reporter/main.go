@@ -15,7 +15,7 @@ import (
 
 func main() {
 	gctune.ApplySidecar(os.LookupEnv)
-	os.Exit(reporter.Main(signalContext(), os.Args[1:], os.Getenv, os.Stderr))
+	os.Exit(reporter.Main(signalContext(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
 // signalContext ends on the first SIGTERM or SIGINT, so that the reporter

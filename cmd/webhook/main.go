@@ -12,13 +12,19 @@ import (
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 )
 
 func main() {
 	opts := webhook.DefaultOptions()
 	opts.BindFlags(flag.CommandLine)
+	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	flag.Parse()
+	if *printVersion {
+		fmt.Println("addon-heartbeat webhook", version.Get())
+		return
+	}
 
 	log, err := logging.New(opts.LogLevel)
 	if err != nil {
@@ -27,6 +33,7 @@ func main() {
 	}
 	ctrl.SetLogger(log)
 	setup := log.WithName("setup")
+	setup.Info("addon-heartbeat webhook", version.Get().KeysAndValues()...)
 	gc := gctune.Apply()
 	setup.Info("garbage collector", "memoryLimitSource", gc.Source, "memoryLimit", gc.MemoryLimit, "gcPercent", gc.GCPercent)
 	if err := opts.Validate(); err != nil {

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	out := flag.String("out", "bin/images", "folder to write the tarballs into")
-	tag := flag.String("tag", "v0.1.0", "tag of every image (not latest)")
+	tag := flag.String("tag", "v0.2.0", "tag of every image (not latest)")
 	flag.Parse()
 	root, err := os.Getwd()
 	if err != nil {

@@ -5,6 +5,7 @@ package chart
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +17,10 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/loader"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -40,13 +43,17 @@ func Dir() string {
 }
 
 // Cluster is what the chart is told about the cluster it is rendered for
-// (Helm's .Capabilities): Kubernetes testenv.KubeVersion, serving Helm's
-// built-in API versions and APIVersions.
+// (Helm's .Capabilities): Kubernetes KubeVersion, serving Helm's built-in API
+// versions and APIVersions.
 type Cluster struct {
 	// APIVersions are served besides Helm's built-in ones, as `helm install`
 	// finds them by discovery or `helm template --api-versions` is told:
 	// "group/version" and "group/version/Kind".
 	APIVersions []string
+	// KubeVersion is the API server's version, as `helm install` finds it
+	// (or `helm template --kube-version` is told); testenv.KubeVersion when
+	// empty.
+	KubeVersion string
 }
 
 // OpenShift is a cluster that serves OpenShift's security API
@@ -64,7 +71,7 @@ var AdmissionPolicyAPIVersions = []string{
 
 // With is c serving apiVersions too.
 func (c Cluster) With(apiVersions ...string) Cluster {
-	return Cluster{APIVersions: slices.Concat(c.APIVersions, apiVersions)}
+	return Cluster{APIVersions: slices.Concat(c.APIVersions, apiVersions), KubeVersion: c.KubeVersion}
 }
 
 // Render renders the chart with values over its defaults, validating them
@@ -77,12 +84,31 @@ func Render(rel Release, values map[string]any) (objs []*unstructured.Unstructur
 
 // RenderFor is Render for a cluster that serves cluster.APIVersions.
 func RenderFor(rel Release, cluster Cluster, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
-	ch, err := loader.Load(Dir())
+	return RenderPath(Dir(), rel, cluster, values)
+}
+
+// RenderPath is RenderFor for the chart at path: a folder or a packaged
+// chart (.tgz).
+func RenderPath(path string, rel Release, cluster Cluster, values map[string]any) (objs []*unstructured.Unstructured, notes string, err error) {
+	ch, err := loader.Load(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the chart: %w", err)
 	}
+	kubeVersion, err := common.ParseKubeVersion(cmp.Or(cluster.KubeVersion, testenv.KubeVersion))
+	if err != nil {
+		return nil, "", fmt.Errorf("Kubernetes version %q: %w", cluster.KubeVersion, err)
+	}
+	// What `helm install` (and `helm template`) checks before rendering, in
+	// Helm's words.
+	v2, ok := ch.(*chartv2.Chart)
+	if !ok {
+		return nil, "", fmt.Errorf("loading the chart: %T is not a chart of apiVersion v2", ch)
+	}
+	if c := v2.Metadata.KubeVersion; c != "" && !chartutil.IsCompatibleRange(c, kubeVersion.String()) {
+		return nil, "", fmt.Errorf("chart requires kubeVersion: %s which is incompatible with Kubernetes %s", c, kubeVersion.Version)
+	}
 	caps := common.DefaultCapabilities.Copy()
-	caps.KubeVersion = common.KubeVersion{Version: testenv.KubeVersion, Major: "1", Minor: "37"}
+	caps.KubeVersion = *kubeVersion
 	// A new slice: Copy shares the default set's.
 	caps.APIVersions = slices.Concat(caps.APIVersions, cluster.APIVersions)
 	vals, err := util.ToRenderValues(ch, values, common.ReleaseOptions{

@@ -29,7 +29,7 @@ type Built struct {
 // pause and example-addon. extraTags adds further tags of the
 // addon-heartbeat image, each in its own tarball.
 func Project(root, out, tag string, stderr io.Writer, extraTags ...string) ([]Built, error) {
-	bins, err := BuildBinaries(root, filepath.Join(out, "bin"), stderr,
+	bins, err := BuildBinaries(root, filepath.Join(out, "bin"), BuildOptions{Stderr: stderr},
 		"./cmd/webhook", "./cmd/reporter", "./hack/images/pause", "./hack/images/example-addon")
 	if err != nil {
 		return nil, err

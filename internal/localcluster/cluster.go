@@ -199,9 +199,11 @@ func WaitReady(ctx context.Context, p *Process, url string) error {
 	return nil
 }
 
-// EnsureKubeBinaries builds kube-apiserver and etcd when they are not cached
-// yet (hack/kube-binaries.sh, progress to progress) and points
-// KUBEBUILDER_ASSETS at them.
+// EnsureKubeBinaries builds kube-apiserver and etcd (of KUBE_VERSION, v1.37.2
+// by default) when they are not cached yet, and points KUBEBUILDER_ASSETS at
+// them. hack/kube-binaries.sh builds them, writing a progress line to progress
+// every 100 packages; it builds nothing else (no kubelet, controller-manager or
+// scheduler, which only the real-node e2e runs).
 func EnsureKubeBinaries(progress io.Writer) error {
 	if dir, err := testenv.AssetsDir(); err == nil {
 		return os.Setenv("KUBEBUILDER_ASSETS", dir)

@@ -66,8 +66,12 @@ const (
 	DefaultMetricsAddr     = ":9782"
 )
 
+// ErrVersion is ParseConfig's answer to --version.
+var ErrVersion = errors.New("--version")
+
 // ParseConfig reads the command line (without the program name) and the
-// environment. An error names the setting at fault; flag.ErrHelp means -h.
+// environment. An error names the setting at fault; flag.ErrHelp means -h, ErrVersion
+// --version.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg := Config{}
 	fs := flag.NewFlagSet("reporter", flag.ContinueOnError)
@@ -90,6 +94,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", "",
 		"Log level: debug, info or error (the same as --zap-log-level).")
 	cfg.Log.BindFlags(fs)
+	printVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
@@ -98,6 +103,10 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("invalid command line: unexpected argument %q", fs.Arg(0))
+	}
+	if *printVersion {
+		// Before the environment is read: --version works anywhere.
+		return cfg, ErrVersion
 	}
 
 	switch cfg.LogLevel {

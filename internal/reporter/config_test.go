@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging/slogjson"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
@@ -115,19 +116,28 @@ func TestMainExitCodes(t *testing.T) {
 		env      map[string]string
 		wantCode int
 		wantOut  string
+		// wantStdout is all that goes to stdout.
+		wantStdout string
 	}{
 		"missing namespace": {env: map[string]string{}, wantCode: ExitConfig, wantOut: "reporter: environment variable ADDON_TARGET_NAMESPACE is not set"},
 		"bad flag value":    {args: []string{"--delete-ack=x"}, env: injectedEnv, wantCode: ExitConfig, wantOut: "reporter: --delete-ack"},
 		"help":              {args: []string{"-h"}, env: injectedEnv, wantCode: ExitOK, wantOut: "usage: reporter"},
+		// Anywhere, even without the injected environment (an image checked
+		// on a workstation).
+		"version": {args: []string{"--version"}, env: map[string]string{}, wantCode: ExitOK,
+			wantStdout: "addon-heartbeat reporter " + version.Get().String() + "\n"},
 		"unreadable kubeconfig": {args: []string{"--kubeconfig=/nonexistent/kubeconfig"}, env: injectedEnv,
 			wantCode: ExitRuntime, wantOut: "loading the API server configuration failed"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := Main(context.Background(), tt.args, env(tt.env), &stderr)
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), tt.args, env(tt.env), &stdout, &stderr)
 			if code != tt.wantCode || !strings.Contains(stderr.String(), tt.wantOut) {
 				t.Errorf("Main = %d, stderr %q; want %d and %q", code, stderr.String(), tt.wantCode, tt.wantOut)
+			}
+			if stdout.String() != tt.wantStdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantStdout)
 			}
 			if tt.wantCode == ExitConfig && strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
 				t.Errorf("config error is not one line: %q", stderr.String())

@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging/slogjson"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 )
 
@@ -35,16 +36,20 @@ const (
 	ExitConfig  = 2 // a flag or environment variable is invalid
 )
 
-// Main is the whole command: it parses args and the environment, sets up
-// JSON logging, and runs the reporter until ctx ends (SIGTERM). It returns
+// Main is the whole command: it parses args and the environment (--version
+// prints the version to stdout and exits), sets up JSON logging, and runs the reporter until ctx ends (SIGTERM). It returns
 // the exit code: ExitConfig for a bad setting (one line on stderr naming it),
 // ExitRuntime for anything that fails afterwards.
-func Main(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, err := ParseConfig(args, getenv)
+	if errors.Is(err, ErrVersion) {
+		fmt.Fprintln(stdout, "addon-heartbeat reporter", version.Get())
+		return ExitOK
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stderr, "usage: reporter [--addon-instance=NAME] [--delete-ack=auto|manual] [--health-url=URL] "+
 			"[--health-probe-bind-address=ADDR] [--metrics-bind-address=ADDR] [--leader-election-namespace=NS] "+
-			"[--kubeconfig=FILE] [--log-level=debug|info|error] [--zap-log-level=LEVEL]; env "+EnvTargetNamespace+" (required), "+EnvPodName+", "+EnvPodNamespace)
+			"[--kubeconfig=FILE] [--log-level=debug|info|error] [--zap-log-level=LEVEL] [--version]; env "+EnvTargetNamespace+" (required), "+EnvPodName+", "+EnvPodNamespace)
 		return ExitOK
 	}
 	if err != nil {
@@ -55,6 +60,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	// client-go logs through klog.
 	klog.SetLogger(log)
 	setup := log.WithName("setup")
+	setup.Info("addon-heartbeat reporter", version.Get().KeysAndValues()...)
 
 	restCfg, err := loadKubeconfig(cfg.Kubeconfig)
 	if err != nil {
@@ -157,6 +163,9 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	}
 	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return fmt.Errorf("registering the process metrics: %w", err)
+	}
+	if err := registry.Register(version.NewCollector("reporter", version.Get())); err != nil {
+		return fmt.Errorf("registering the build info metric: %w", err)
 	}
 	r, err := heartbeat.New(restCfg, heartbeat.Options{
 		Namespace:        cfg.Namespace,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
 
@@ -240,6 +242,9 @@ func TestRunServesProbesAndMetrics(t *testing.T) {
 		{`addon_heartbeat_heartbeats_sent_total{addon_instance="addon-instance",namespace="my-addon"}`, "0"},
 		{`addon_heartbeat_is_leader{addon_instance="addon-instance",namespace="my-addon"}`, "0"},
 		{"addon_heartbeat_last_success_timestamp_seconds", ""},
+		// Which build runs.
+		{`addon_heartbeat_build_info{component="reporter",goversion="` + runtime.Version() + `",platform="` + runtime.GOOS + "/" + runtime.GOARCH +
+			`",revision="",version="` + version.Devel + `"}`, "1"},
 		// Go and process metrics.
 		{"go_goroutines", ""},
 		{"go_memstats_heap_inuse_bytes", ""},
@@ -421,7 +426,7 @@ func TestMainFailsWithTheAddressInUse(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(context.Background(), []string{"--kubeconfig=" + kubeconfig,
-			"--health-probe-bind-address=" + addr, "--metrics-bind-address=127.0.0.1:0"}, env(injectedEnv), &stderr)
+			"--health-probe-bind-address=" + addr, "--metrics-bind-address=127.0.0.1:0"}, env(injectedEnv), io.Discard, &stderr)
 	}()
 	var code int
 	select {
@@ -430,6 +435,9 @@ func TestMainFailsWithTheAddressInUse(t *testing.T) {
 		t.Fatal("Main did not fail within 10s with a used address")
 	}
 	out := stderr.String()
+	if !strings.Contains(out, `"msg":"addon-heartbeat reporter","logger":"setup","version":"`+version.Devel+`"`) {
+		t.Errorf("no startup line with the version in %q", out)
+	}
 	if code != ExitRuntime || !strings.Contains(out, "reporter failed") || !strings.Contains(out, addr) ||
 		!strings.Contains(out, "--health-probe-bind-address") || !strings.Contains(out, "address already in use") {
 		t.Errorf("Main = %d, stderr %q; want %d and an error naming %s, the flag and the cause", code, out, ExitRuntime, addr)

@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
@@ -28,7 +30,8 @@ import (
 )
 
 // Versions of the binaries and of the upstream modules that carry CRDs. They
-// match hack/kube-binaries.sh and the Makefile.
+// match hack/kube-binaries.sh and the Makefile. KubeVersion is the default
+// release; KUBE_VERSION picks another (make test-matrix).
 const (
 	KubeVersion          = "v1.37.2"
 	EtcdVersion          = "v3.6.16"
@@ -46,30 +49,77 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// RepoRoot is the checkout's root folder.
+// modulePath is the main module's path, as its go.mod says.
+const modulePath = "github.com/addon-heartbeat/addon-heartbeat"
+
+// RepoRoot is the checkout's root folder: where this source file was
+// compiled from or, in a binary built with -trimpath (make demo's driver),
+// whose source paths are module paths, the working directory or the nearest
+// folder above it whose go.mod is this module's.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "."
+	}
+	return repoRoot(file, wd)
+}
+
+// repoRoot is RepoRoot for this file compiled as file, run in folder wd.
+func repoRoot(file, wd string) string {
+	if filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declaresModule(data, modulePath) {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return wd
+		}
+	}
+}
+
+// declaresModule tells whether a go.mod file's module directive names path.
+func declaresModule(gomod []byte, path string) bool {
+	for line := range strings.SplitSeq(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == path
+		}
+	}
+	return false
+}
+
+// CacheDir is the folder outside the checkout where hack/*.sh build the
+// binaries the tests run: ADDON_HEARTBEAT_CACHE, or addon-heartbeat in the
+// user's cache folder.
+func CacheDir() (string, error) {
+	if cache := os.Getenv("ADDON_HEARTBEAT_CACHE"); cache != "" {
+		return cache, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("locating the cache folder: %w", err)
+	}
+	return filepath.Join(base, "addon-heartbeat"), nil
 }
 
 // AssetsDir returns KUBEBUILDER_ASSETS, or the cache folder that
-// hack/kube-binaries.sh writes, when it holds the binaries.
+// hack/kube-binaries.sh writes for KUBE_VERSION (KubeVersion when unset),
+// when it holds the binaries.
 func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}
-	cache := os.Getenv("ADDON_HEARTBEAT_CACHE")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("locating the cache folder: %w", err)
-		}
-		cache = filepath.Join(base, "addon-heartbeat")
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
 	}
-	dir := filepath.Join(cache, "bin", "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
+	version := cmp.Or(os.Getenv("KUBE_VERSION"), KubeVersion)
+	dir := filepath.Join(cache, "bin", "k8s-"+version+"-etcd-"+EtcdVersion)
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", fmt.Errorf("no %s in %s: run `make envtest-assets` or set KUBEBUILDER_ASSETS: %w", bin, dir, err)
+			return "", fmt.Errorf("no %s in %s: run `make envtest-assets KUBE_VERSION=%s` or set KUBEBUILDER_ASSETS: %w", bin, dir, version, err)
 		}
 	}
 	return dir, nil

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,14 +27,16 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/certexpiry"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certrotator"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/instancewatch"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
@@ -109,6 +112,9 @@ type Options struct {
 	// ReporterAddonInstanceNames are the AddonInstances the reporter role
 	// allows (empty: any); opting in for another name gets a warning.
 	ReporterAddonInstanceNames []string
+	// ReporterVersion is the release ReporterImage is of (empty: the one
+	// its tag names), compared with the webhook's own version.
+	ReporterVersion string
 }
 
 // Certificate modes.
@@ -171,6 +177,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to finish in-flight reviews after SIGTERM.")
 	fs.StringVar(&o.Platform, "platform", o.Platform, "The kind of cluster, kubernetes or openshift: the injected reporter's security context is Kubernetes' restricted profile, or what every OpenShift SCC admits (the UID, GID and seccomp profile left to the SCC).")
 	fs.StringVar(&o.ReporterImage, "reporter-image", o.ReporterImage, "Image of the injected reporter (required).")
+	fs.StringVar(&o.ReporterVersion, "reporter-version", o.ReporterVersion, "Release version of --reporter-image (such as v0.2.0), for an image by digest; empty: the version its tag names. A version other than the webhook's own is logged and warned about at admission.")
 	fs.StringVar(&o.ReporterImagePullPolicy, "reporter-image-pull-policy", o.ReporterImagePullPolicy, "Pull policy of the injected reporter: Always, IfNotPresent or Never.")
 	fs.BoolVar(&o.NativeSidecar, "native-sidecar", o.NativeSidecar, "Inject the reporter as a native sidecar (Kubernetes 1.29+); false injects a plain container.")
 	fs.StringVar(&o.ReporterCPURequest, "reporter-cpu-request", o.ReporterCPURequest, "CPU request of the injected reporter.")
@@ -325,6 +332,8 @@ func (o Options) Validate() error {
 func scheme() *k8sruntime.Scheme {
 	s := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	// AddonInstances as the per-AddonInstance gauges read them.
+	utilruntime.Must(instancewatch.AddToScheme(s))
 	return s
 }
 
@@ -349,13 +358,28 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	// Serving from memory in self-managed mode: the certificate is in the
 	// manager's cache as soon as the Secret changes, with no Secret volume
 	// (whose kubelet sync lags by up to a minute) and no writable folder.
-	var src *certrotator.Source
-	tlsOpts := []func(*tls.Config){tlsDefaults}
+	// The other modes serve the files in CertDir, by a watcher made here
+	// rather than by the webhook server, so that the served certificate's
+	// expiry can be exported in every mode.
+	var (
+		src     *certrotator.Source
+		files   *certwatcher.CertWatcher
+		serving certexpiry.Source
+	)
 	if selfManaged {
 		src = &certrotator.Source{}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = src.GetCertificate })
+		serving = src.GetCertificate
+	} else {
+		var err error
+		files, err = certwatcher.New(filepath.Join(o.CertDir, o.CertName), filepath.Join(o.CertDir, o.KeyName))
+		if err != nil {
+			return fmt.Errorf("loading the serving certificate from %s: %w", o.CertDir, err)
+		}
+		serving = files.GetCertificate
 	}
-	byObject := map[client.Object]cache.ByObject{}
+	tlsOpts := []func(*tls.Config){tlsDefaults}
+	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = serving })
+	byObject := instancewatch.CacheOptions()
 	if manageRBAC {
 		maps.Copy(byObject, rbacCfg.CacheOptions())
 	}
@@ -407,8 +431,28 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	if files != nil {
+		if err := mgr.Add(files); err != nil {
+			return fmt.Errorf("adding the serving certificate watcher: %w", err)
+		}
+	}
+	certGauges, err := registerOrReuse(crmetrics.Registry, &certexpiry.Collector{})
+	if err != nil {
+		return fmt.Errorf("registering the serving certificate metrics: %w", err)
+	}
+	if err := mgr.Add(certGauges.Holder(serving)); err != nil {
+		return fmt.Errorf("adding the serving certificate metrics: %w", err)
+	}
+	instanceGauges, err := registerOrReuse(crmetrics.Registry, &instancewatch.Collector{})
+	if err != nil {
+		return fmt.Errorf("registering the AddonInstance metrics: %w", err)
+	}
+	if err := instancewatch.Setup(ctx, mgr, instanceGauges, "", log.WithName("addoninstances")); err != nil {
+		return err
+	}
 	server := mgr.GetWebhookServer()
-	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics}
+	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics,
+		VersionWarning: reporterVersionWarning(log.WithName("setup"), o.ReporterVersion, cfg.Image)}
 	if manageRBAC {
 		signing := &SigningKey{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
 			Secret: types.NamespacedName{Namespace: o.Namespace, Name: o.SigningSecretName}, Log: log.WithName("signing-key")}

@@ -32,6 +32,38 @@ func writeKeyPair(t *testing.T, dir string, kp certs.KeyPair) {
 	}
 }
 
+// startDirWebhook runs a second webhook (no metrics endpoint of its own)
+// serving the certificate files in dir, until the test ends, and returns its
+// address once it is ready.
+func startDirWebhook(t *testing.T, dir string) string {
+	t.Helper()
+	opts := options
+	opts.CertDir = dir
+	opts.MetricsBindAddress = "0"
+	opts.HealthProbeBindAddress = freeAddr()
+	addr := freeAddr()
+	host, port, _ := net.SplitHostPort(addr)
+	opts.Host = host
+	var err error
+	if opts.Port, err = strconv.Atoi(port); err != nil {
+		t.Fatal(err)
+	}
+	log, _ := logging.New("error")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, opts, env.Config, log) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second webhook stopped with %v", err)
+		}
+	})
+	if err := waitHTTP("http://"+opts.HealthProbeBindAddress+"/readyz", 200); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
 // servedSerial dials addr trusting only ca and returns the serial number of
 // the certificate the server presents.
 func servedSerial(addr string, ca *certs.CA) (string, error) {
@@ -67,29 +99,7 @@ func TestServingCertificateReloads(t *testing.T) {
 	dir := t.TempDir()
 	writeKeyPair(t, dir, first)
 
-	opts := options
-	opts.CertDir = dir
-	opts.MetricsBindAddress = "0"
-	opts.HealthProbeBindAddress = freeAddr()
-	addr := freeAddr()
-	host, port, _ := net.SplitHostPort(addr)
-	opts.Host = host
-	if opts.Port, err = strconv.Atoi(port); err != nil {
-		t.Fatal(err)
-	}
-	log, _ := logging.New("error")
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, opts, env.Config, log) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("second webhook stopped with %v", err)
-		}
-	})
-	if err := waitHTTP("http://"+opts.HealthProbeBindAddress+"/readyz", 200); err != nil {
-		t.Fatal(err)
-	}
+	addr := startDirWebhook(t, dir)
 
 	want1, _ := certs.ParseCert(first.CertPEM)
 	if got, err := servedSerial(addr, ca1); err != nil || got != want1.SerialNumber.String() {

@@ -80,6 +80,9 @@ type Handler struct {
 	// Onboarding, when set, applies the escalation rule to reviews that
 	// would give a ServiceAccount the reporter's permissions.
 	Onboarding *Onboarding
+	// VersionWarning, when set, is an admission warning for every review
+	// that injects the reporter (see reporterVersionWarning).
+	VersionWarning string
 	// now is the clock for latency; time.Now when nil.
 	now func() time.Time
 
@@ -215,6 +218,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, msg)
 	}
 	resp := &admissionv1.AdmissionResponse{Allowed: true, Warnings: res.Warnings}
+	if h.VersionWarning != "" && res.Action == inject.Injected {
+		resp.Warnings = append(resp.Warnings, h.VersionWarning)
+	}
 	if len(res.Patch) > 0 {
 		// The operations themselves: Patch's MarshalJSON only turns an empty
 		// patch into [], and going through it would make encoding/json

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 )
 
 // Metrics are the webhook's own Prometheus metrics. Dry-run reviews carry
@@ -23,9 +25,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Admission reviews answered, by outcome (injected, unchanged, removed, denied, bad_request) and dry run.",
 		}, []string{"outcome", "dry_run"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "addon_heartbeat_webhook_review_duration_seconds",
-			Help:    "Time to answer an admission review, from the first byte read to the response written, by outcome.",
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5},
+			Name: "addon_heartbeat_webhook_review_duration_seconds",
+			Help: "Time to answer an admission review, from the first byte read to the response written, by outcome.",
+			// Up to 30s, the longest timeoutSeconds a webhook can have, with
+			// a bound at each common timeout, so that a p99 over the
+			// configured one (an alert) can be told from the histogram.
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2, 3, 5, 10, 15, 20, 30},
 		}, []string{"outcome"}),
 	}
 	var err error
@@ -33,6 +38,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.Duration, err = registerOrReuse(reg, m.Duration); err != nil {
+		return nil, err
+	}
+	if _, err = registerOrReuse(reg, version.NewCollector("webhook", version.Get())); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -44,40 +44,9 @@ const beforeMetadataOnly = "4a12ea1694213a73673d7dd743bfd8f3025adde9"
 // created, so that the Deployments' own cost can be told apart.
 func BenchmarkWebhookRSSManyDeployments(b *testing.B) {
 	n := envInt(b, "BENCH_RSS_DEPLOYMENTS", 10000)
-	before := cmp.Or(os.Getenv("BENCH_WEBHOOK_BIN_BEFORE"), buildAt(b, cmp.Or(os.Getenv("BENCH_BEFORE_REF"), beforeMetadataOnly)))
-	after := binaries(b)["webhook"]
-	ctx := context.Background()
-	c, err := localcluster.Start(ctx, localcluster.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			b.Errorf("stopping the control plane: %v", err)
-		}
-	})
+	before, after, c := rssRun(b, beforeMetadataOnly)
 	measure := func(name, bin string, drop []string) (peak, steady int64) {
-		w, err := c.InstallWebhook(ctx, bin, localcluster.WebhookOptions{ReporterImage: reporterImage, DropFlags: drop}, nil)
-		if err != nil {
-			b.Fatalf("%s: %v", name, err)
-		}
-		probe(b, c.Client, name)
-		time.Sleep(10 * time.Second) // steady state: no condition to await, the point is the memory after a while
-		steady, err = procStatus(w.Pid(), "VmRSS")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if peak, err = procStatus(w.Pid(), "VmHWM"); err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Stop(15 * time.Second); err != nil {
-			b.Fatalf("stopping the %s webhook: %v", name, err)
-		}
-		// The next install creates its own configuration.
-		if err := c.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Configuration}}); err != nil {
-			b.Fatal(err)
-		}
-		return peak, steady
+		return webhookRSS(b, c, name, bin, drop, nil)
 	}
 	// What the webhook takes with no Deployment but the probe's, to tell
 	// the caches' share from the process's own.
@@ -99,6 +68,57 @@ func BenchmarkWebhookRSSManyDeployments(b *testing.B) {
 	b.ReportMetric(float64(afterSteady)/float64(beforeSteady), "rss-ratio")
 	// The memory the 10,000 Deployments cost, after against before.
 	b.ReportMetric(float64(afterSteady-emptySteady)/float64(beforeSteady-emptySteady), "deployments-cost-ratio")
+}
+
+// rssRun builds the webhooks to compare, BENCH_WEBHOOK_BIN_BEFORE or
+// BENCH_BEFORE_REF (defaultRef) and this checkout's, and starts a control
+// plane for the run.
+func rssRun(b *testing.B, defaultRef string) (before, after string, c *localcluster.Cluster) {
+	b.Helper()
+	before = cmp.Or(os.Getenv("BENCH_WEBHOOK_BIN_BEFORE"), buildAt(b, cmp.Or(os.Getenv("BENCH_BEFORE_REF"), defaultRef)))
+	after = binaries(b)["webhook"]
+	c, err := localcluster.Start(context.Background(), localcluster.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			b.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	return before, after, c
+}
+
+// webhookRSS installs the webhook binary bin on c (the chart's args but the
+// flags in drop), waits until its RBAC controller has synced (it binds a
+// probe addon named after name) and synced(w) holds when given, lets it run
+// 10s, and returns its peak and steady resident memory before stopping it.
+func webhookRSS(b *testing.B, c *localcluster.Cluster, name, bin string, drop []string, synced func(w *localcluster.Webhook) bool) (peak, steady int64) {
+	b.Helper()
+	ctx := context.Background()
+	w, err := c.InstallWebhook(ctx, bin, localcluster.WebhookOptions{ReporterImage: reporterImage, DropFlags: drop}, nil)
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	probe(b, c.Client, name)
+	if synced != nil {
+		pollUntil(b, 200*time.Millisecond, 5*time.Minute, name+" synced", func() bool { return synced(w) })
+	}
+	time.Sleep(10 * time.Second) // steady state: no condition to await, the point is the memory after a while
+	if steady, err = procStatus(w.Pid(), "VmRSS"); err != nil {
+		b.Fatal(err)
+	}
+	if peak, err = procStatus(w.Pid(), "VmHWM"); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Stop(15 * time.Second); err != nil {
+		b.Fatalf("stopping the %s webhook: %v", name, err)
+	}
+	// The next install creates its own configuration.
+	if err := c.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: w.Configuration}}); err != nil {
+		b.Fatal(err)
+	}
+	return peak, steady
 }
 
 // buildAt builds cmd/webhook as of git ref into the run's work folder.
@@ -131,13 +151,22 @@ func fill(b *testing.B, c client.Client, n int) {
 			b.Fatal(err)
 		}
 	}
+	inParallel(b, n, func(i int) error {
+		return c.Create(ctx, teamDeployment(fmt.Sprintf("team-%03d", i%namespaces), fmt.Sprintf("app-%05d", i)))
+	})
+}
+
+// inParallel runs do(0) to do(n-1), eight at a time, failing b on the first
+// error.
+func inParallel(b *testing.B, n int, do func(i int) error) {
+	b.Helper()
 	work := make(chan int)
 	errs := make(chan error, 8)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				if err := c.Create(ctx, teamDeployment(fmt.Sprintf("team-%03d", i%namespaces), fmt.Sprintf("app-%05d", i))); err != nil {
+				if err := do(i); err != nil {
 					select {
 					case errs <- err:
 					default:

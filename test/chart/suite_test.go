@@ -31,11 +31,16 @@ import (
 const (
 	certManagerModule  = "github.com/cert-manager/cert-manager"
 	certManagerVersion = "v1.21.2"
-	testTimeout        = 60 * time.Second
+	// The Prometheus Operator's CRDs (ServiceMonitor, PodMonitor,
+	// PrometheusRule), from its module.
+	prometheusOperatorModule  = "github.com/prometheus-operator/prometheus-operator"
+	prometheusOperatorVersion = "v0.85.0"
+	testTimeout               = 60 * time.Second
 )
 
-// One kube-apiserver + etcd for the package, with the AddonInstance and
-// cert-manager CRDs installed, and the release namespace created.
+// One kube-apiserver + etcd for the package, with the AddonInstance,
+// cert-manager and Prometheus Operator CRDs installed, and the release
+// namespace created.
 var (
 	env *envtest.Environment
 	k8s client.Client
@@ -54,7 +59,17 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env, err = testenv.Start(testenv.Options{CRDPaths: []string{filepath.Join(cm, "deploy", "crds")}})
+	po, err := testenv.ModuleDir(prometheusOperatorModule, prometheusOperatorVersion)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env, err = testenv.Start(testenv.Options{CRDPaths: []string{
+		filepath.Join(cm, "deploy", "crds"),
+		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_podmonitors.yaml"),
+		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_prometheusrules.yaml"),
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -281,3 +281,23 @@ func leaderPod(t *testing.T) corev1.Pod {
 	}
 	return pod
 }
+
+// runStep runs one step of a test that goes on only when it passes: it logs
+// how long it took, and on failure the pods' last log lines; with
+// NODE_E2E_HOLD set it keeps the cluster up that long for a look.
+func runStep(t *testing.T, name string, f func(t *testing.T)) {
+	start := time.Now()
+	ok := t.Run(name, f)
+	logf("step %s: %s (%s)", name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(start).Round(time.Millisecond))
+	if !ok {
+		dumpPodLogs(40)
+		if d, err := time.ParseDuration(os.Getenv("NODE_E2E_HOLD")); err == nil {
+			logf("holding the cluster for %s: state in %s, kubeconfig %s, netns %s", d, cluster.Dir, cluster.Kubeconfig, cluster.NetNS.Path)
+			select {
+			case <-time.After(d):
+			case <-suiteCtx.Done():
+			}
+		}
+		t.FailNow()
+	}
+}

@@ -94,22 +94,7 @@ func TestRealNode(t *testing.T) {
 	operatorKey, metricsKey := key(addonNamespace, operatorName), key(addonNamespace, metricsName)
 	var hb *heartbeats
 
-	step := func(name string, f func(t *testing.T)) {
-		start := time.Now()
-		ok := t.Run(name, f)
-		logf("step %s: %s (%s)", name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(start).Round(time.Millisecond))
-		if !ok {
-			dumpPodLogs(40)
-			if d, err := time.ParseDuration(os.Getenv("NODE_E2E_HOLD")); err == nil {
-				logf("holding the cluster for %s: state in %s, kubeconfig %s, netns %s", d, cluster.Dir, cluster.Kubeconfig, cluster.NetNS.Path)
-				select {
-				case <-time.After(d):
-				case <-suiteCtx.Done():
-				}
-			}
-			t.FailNow()
-		}
-	}
+	step := func(name string, f func(t *testing.T)) { runStep(t, name, f) }
 
 	step("install", func(t *testing.T) {
 		crd, err := testenv.AddonInstanceCRD()

@@ -3,10 +3,13 @@
 // invoked as (a symlink named kube-apiserver, kubelet, ...) or on its first
 // argument. One binary instead of four shares most packages, so it builds in
 // about the time of kube-apiserver alone and takes a third of the disk.
+//
+// The module of each Kubernetes minor that builds it (hack/tools/kube-1.*)
+// links this file and has a kubelet.go of its own, since that constructor's
+// signature changed between minors.
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,14 +23,13 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 var commands = map[string]func() *cobra.Command{
 	"kube-apiserver":          apiserver.NewAPIServerCommand,
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
-	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
+	"kubelet":                 newKubeletCommand,
 }
 
 func main() {
