@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -164,8 +163,7 @@ func (in Instance) Periods() (Periods, error) {
 			return Periods{}, fmt.Errorf("spec.heartbeatUpdatePeriod %q: expected a duration such as 10s or 1m: %w", in.Period, err)
 		}
 	}
-	ai := &addonsv1alpha1.AddonInstance{Spec: addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: d}}}
-	return Periods{Requested: d, Followed: heartbeat.Period(ai)}, nil
+	return Periods{Requested: d, Followed: heartbeat.Period(d)}, nil
 }
 
 // Reasons of the Warning Events recorded on AddonInstances.

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
@@ -70,13 +71,13 @@ func Compute(o Observation) Desired {
 		if o.DeleteAck == annotations.DeleteAckManual {
 			d.Set = append(d.Set, metav1.Condition{
 				Type: ConditionReadyToBeDeleted, Status: metav1.ConditionFalse,
-				Reason:  addonsv1alpha1.AddonInstanceReasonNotReadyToBeDeleted.String(),
+				Reason:  addonsv1alpha1.AddonInstanceReasonNotReadyToBeDeleted,
 				Message: "deletion is acknowledged manually (delete-ack: manual)",
 			})
 		} else {
 			d.Set = append(d.Set, metav1.Condition{
 				Type: ConditionReadyToBeDeleted, Status: metav1.ConditionTrue,
-				Reason:  addonsv1alpha1.AddonInstanceReasonReadyToBeDeleted.String(),
+				Reason:  addonsv1alpha1.AddonInstanceReasonReadyToBeDeleted,
 				Message: "deletion is acknowledged automatically (delete-ack: auto)",
 			})
 		}
@@ -134,7 +135,7 @@ func installed(comps []Component, done bool) metav1.Condition {
 	if done {
 		return metav1.Condition{
 			Type: ConditionInstalled, Status: metav1.ConditionTrue,
-			Reason:  addonsv1alpha1.AddonInstanceInstalledReasonSetupComplete.String(),
+			Reason:  addonsv1alpha1.AddonInstanceInstalledReasonSetupComplete,
 			Message: "every component has been available",
 		}
 	}
@@ -146,7 +147,7 @@ func installed(comps []Component, done bool) metav1.Condition {
 	}
 	return metav1.Condition{
 		Type: ConditionInstalled, Status: metav1.ConditionFalse,
-		Reason:  addonsv1alpha1.AddonInstanceInstalledReasonBlocked.String(),
+		Reason:  addonsv1alpha1.AddonInstanceInstalledReasonBlocked,
 		Message: joinBounded("waiting for ", waiting, ", ", " to become available", MaxMessage),
 	}
 }

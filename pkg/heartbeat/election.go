@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
@@ -115,8 +116,8 @@ func (r *Reporter) probe(ctx context.Context) (period time.Duration, fresh bool,
 	ai, err := r.kube.getInstance(ctx, r.key)
 	switch {
 	case err == nil:
-		r.knownPeriod.Store(int64(Period(ai)))
-		return Period(ai), ai.Status.LastHeartbeatTime.IsZero(), nil
+		r.knownPeriod.Store(int64(instancePeriod(ai)))
+		return instancePeriod(ai), ai.Status.LastHeartbeatTime.IsZero(), nil
 	case apierrors.IsNotFound(err):
 		return r.period(), true, nil
 	case ctx.Err() != nil:
@@ -424,13 +425,13 @@ func (t *term) newest(cached *addonsv1alpha1.AddonInstance) *addonsv1alpha1.Addo
 func (t *term) observe() target {
 	ai := t.current()
 	if ai != nil {
-		t.r.knownPeriod.Store(int64(Period(ai)))
+		t.r.knownPeriod.Store(int64(instancePeriod(ai)))
 		t.r.notePeriod(ai)
 	}
 	if ai == nil {
-		return target{period: Period(ai)}
+		return target{period: instancePeriod(ai)}
 	}
-	return target{present: true, uid: ai.UID, period: Period(ai)}
+	return target{present: true, uid: ai.UID, period: instancePeriod(ai)}
 }
 
 // beat is one heartbeat of the loop: write, then renew the Lease.
@@ -453,7 +454,7 @@ func (t *term) beat(ctx context.Context) beatResult {
 	ai := t.current()
 	period := r.period() // the last one seen, while there is no AddonInstance
 	if ai != nil {
-		period = Period(ai)
+		period = instancePeriod(ai)
 	}
 	if ai == nil {
 		if !t.instance.HasSynced() {

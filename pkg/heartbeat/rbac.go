@@ -1,8 +1,9 @@
 package heartbeat
 
 import (
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 )
@@ -451,7 +452,7 @@ func isConnectionError(err error) bool {
 // floor: the addon-operator times out an addon whose heartbeat is older than
 // 3 requested periods, which the reporter cannot meet below it.
 func (r *Reporter) notePeriod(ai *addonsv1alpha1.AddonInstance) {
-	asked, used := ai.Spec.HeartbeatUpdatePeriod.Duration, Period(ai)
+	asked, used := ai.Spec.HeartbeatUpdatePeriod.Duration, instancePeriod(ai)
 	r.metrics.asked.Set(asked.Seconds())
 	r.metrics.used.Set(used.Seconds())
 	if asked >= MinPeriod {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 
@@ -178,7 +179,7 @@ func operator(ctx context.Context, ns, name string, every time.Duration, conflic
 			writes++
 			meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
 				Type: ConditionHealthy, Status: metav1.ConditionTrue,
-				Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats.String(),
+				Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats,
 				Message: fmt.Sprintf("heartbeats arrive (check %d)", writes),
 			})
 			err := k8s.Status().Update(ctx, obj, fieldOwner("addon-operator"))
@@ -289,7 +290,7 @@ func operatorWrite(ctx context.Context, ns, name, message string) error {
 	}
 	meta.SetStatusCondition(&ai.Status.Conditions, metav1.Condition{
 		Type: ConditionHealthy, Status: metav1.ConditionTrue,
-		Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats.String(),
+		Reason:  addonsv1alpha1.AddonInstanceHealthyReasonReceivingHeartbeats,
 		Message: message + " " + time.Now().Format(time.RFC3339Nano),
 	})
 	return k8s.Status().Update(ctx, ai, fieldOwner("addon-operator"))

@@ -3,7 +3,7 @@ package heartbeat
 import (
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
@@ -24,13 +24,19 @@ const (
 	minBackoff = 100 * time.Millisecond
 )
 
-// Period is the heartbeat period an AddonInstance asks for: its
-// spec.heartbeatUpdatePeriod, DefaultPeriod when unset, at least MinPeriod.
-func Period(ai *addonsv1alpha1.AddonInstance) time.Duration {
+// Period is the heartbeat period the reporter follows for an AddonInstance
+// whose spec.heartbeatUpdatePeriod is requested: at least MinPeriod.
+func Period(requested time.Duration) time.Duration {
+	return clampPeriod(requested)
+}
+
+// instancePeriod is the period ai asks for: DefaultPeriod when there is no
+// AddonInstance (yet).
+func instancePeriod(ai *addonsv1alpha1.AddonInstance) time.Duration {
 	if ai == nil {
 		return DefaultPeriod
 	}
-	return clampPeriod(ai.Spec.HeartbeatUpdatePeriod.Duration)
+	return Period(ai.Spec.HeartbeatUpdatePeriod.Duration)
 }
 
 // clampPeriod is the period heartbeats follow for a requested one: the floor

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
@@ -28,8 +29,8 @@ func TestPeriod(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := Period(tt.ai); got != tt.want {
-				t.Errorf("Period = %s, want %s", got, tt.want)
+			if got := instancePeriod(tt.ai); got != tt.want {
+				t.Errorf("instancePeriod = %s, want %s", got, tt.want)
 			}
 		})
 	}

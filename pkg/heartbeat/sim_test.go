@@ -27,7 +27,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +34,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
@@ -877,7 +878,7 @@ func (s *simRun) check() {
 		if i+1 < len(s.periods) {
 			to = s.periods[i+1].at
 		}
-		res.periods += float64(to.Sub(pa.at)) / float64(Period(&addonsv1alpha1.AddonInstance{Spec: addonsv1alpha1.AddonInstanceSpec{HeartbeatUpdatePeriod: metav1.Duration{Duration: pa.period}}}))
+		res.periods += float64(to.Sub(pa.at)) / float64(Period(pa.period))
 	}
 	var last *simProc
 	for _, hb := range srv.hbs {

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	addonsv1alpha1 "github.com/openshift/addon-operator/apis/addons/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +32,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	addonsv1alpha1 "github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/internal/addonsv1alpha1"
 
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/election"
 )
@@ -228,7 +229,7 @@ func (s *simServer) nextRV() int64 {
 
 // period is the AddonInstance's period, as heartbeats follow it.
 func (s *simServer) period() time.Duration {
-	return Period(s.ai)
+	return instancePeriod(s.ai)
 }
 
 // putAI stores a new version of the AddonInstance and sends it to watches.
