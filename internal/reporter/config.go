@@ -55,8 +55,9 @@ type Config struct {
 	// LogLevel is --log-level: debug, info or error (empty: --zap-log-level,
 	// info by default).
 	LogLevel string
-	// Log are the logging options (--zap-log-level and friends, as
-	// controller-runtime's zap package reads them), with LogLevel applied.
+	// Log are the logging options (--zap-log-level and
+	// --zap-stacktrace-level, as controller-runtime's zap package reads
+	// them), with LogLevel applied.
 	Log slogjson.Options
 }
 
