@@ -9,6 +9,18 @@
 // the caBundle next to the old one, and the serving certificate is reissued by
 // the new CA only once the webhook configuration trusts it. The old CA stays
 // in the bundle until it expires.
+//
+// Why not open-policy-agent/cert-controller's rotator, which does the same
+// job for Gatekeeper: at v0.16.0 a CA rotation issues the new CA and serving
+// certificate together and sets the caBundle to the new CA alone, and its
+// replicas serve the files of the Secret's volume, which the kubelet
+// refreshes up to a minute or more later (its sync period, 1m by default,
+// plus its Secret cache). In between, the API server trusts only the new CA
+// while the replicas still serve the old certificate, and with failurePolicy
+// Fail every opted-in Deployment admission fails. It also looks at the
+// certificates every 12 hours where Plan.RecheckAt is exact, and would add
+// three modules to the webhook (itself, pkg/errors and go.uber.org/atomic,
+// by go mod tidy).
 package certrotator
 
 import (

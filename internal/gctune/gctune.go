@@ -14,6 +14,15 @@
 // GOGC and GOMEMLIMIT set in the environment always win; without any memory
 // limit the defaults stay as they are, since nothing would then bound a
 // heap allowed to grow to five times the live one.
+//
+// Why not KimMachineGun/automemlimit, which finds the container's limit the
+// same way (CgroupLimit follows it and containerd): it would add only 52 KiB
+// and two modules to the webhook (v1.0.2: 34,136,226 -> 34,189,474 bytes
+// stripped, measured), but it sets only GOMEMLIMIT, while the larger half of
+// this tuning is the GOGC that a limit makes safe and the sidecar's settings,
+// and its resolver reads the live /proc only (the function taking paths is
+// unexported), so the layouts CgroupLimit is tested on here (nested cgroup
+// v2, v1, hybrid hosts) could not be.
 package gctune
 
 import (
@@ -63,14 +72,10 @@ type Settings struct {
 	Source string
 }
 
-// cgroupFiles are where a container's memory limit is read from: cgroup v2,
-// then v1.
-var cgroupFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
-
-// Apply reads the environment and the cgroup memory limit and sets the
-// collector accordingly. Unreadable cgroup files count as no limit.
+// Apply reads the environment and the cgroup memory limit (CgroupLimit) and
+// sets the collector accordingly. Unreadable cgroup files count as no limit.
 func Apply() Settings {
-	s := Decide(os.Getenv, cgroupLimit(cgroupFiles))
+	s := Decide(os.Getenv, CgroupLimit(os.DirFS("/")))
 	if s.MemoryLimit > 0 {
 		debug.SetMemoryLimit(s.MemoryLimit)
 	}
@@ -106,23 +111,6 @@ func Decide(getenv func(string) string, limit int64) Settings {
 // bytes: a tenth is left for stacks, the runtime and the binary, which the
 // collector does not count.
 func SoftLimit(limit int64) int64 { return limit - limit/10 }
-
-// cgroupLimit is the first memory limit found in files, in bytes; 0 when
-// there is none ("max", a v1 "unlimited" value, or no such file).
-func cgroupLimit(files []string) int64 {
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		limit, err := ParseLimit(string(b))
-		if err != nil {
-			continue
-		}
-		return limit
-	}
-	return 0
-}
 
 // ParseLimit reads a cgroup memory limit file's content: "max" (v2) and
 // v1's page-rounded maximum mean no limit (0).

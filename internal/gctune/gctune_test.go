@@ -1,8 +1,6 @@
 package gctune
 
 import (
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -54,26 +52,6 @@ func TestParseLimit(t *testing.T) {
 				t.Errorf("ParseLimit(%q) = %d, %v; want %d, error %v", tt.content, got, err, tt.want, tt.err)
 			}
 		})
-	}
-}
-
-func TestCgroupLimitReadsTheFirstFileThatHasOne(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	missing := filepath.Join(dir, "missing")
-	bad := write("bad", "x")
-	v1 := write("v1", "134217728\n")
-	if got := cgroupLimit([]string{missing, bad, v1}); got != 134217728 {
-		t.Errorf("cgroupLimit = %d, want the v1 file's 134217728", got)
-	}
-	if got := cgroupLimit([]string{missing}); got != 0 {
-		t.Errorf("cgroupLimit with no file = %d, want 0", got)
 	}
 }
 

@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/gctune"
-	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 )
 
 // Webhook is the webhook binary running locally, installed from the chart.
@@ -161,7 +161,7 @@ func localWebhookConfiguration(obj *unstructured.Unstructured, port int) (*admis
 	}
 	for i := range mwc.Webhooks {
 		cc := &mwc.Webhooks[i].ClientConfig
-		path := webhook.Path
+		path := admission.Path
 		if cc.Service != nil && cc.Service.Path != nil {
 			path = *cc.Service.Path
 		}

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/localcluster"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/testcerts"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 )
 
@@ -266,19 +267,19 @@ func (c *Cluster) writeCredentials() error {
 	}
 	c.caPEM = ca.CertPEM
 	n := c.Network
-	serving, err := ca.IssueFor(certs.Subject{CommonName: "kube-apiserver", Names: []string{
+	serving, err := testcerts.Issue(ca, testcerts.Subject{CommonName: "kube-apiserver", Names: []string{
 		"127.0.0.1", n.NodeIP, n.APIServiceIP, "localhost", "kubernetes", "kubernetes.default",
 		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
 	}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, pkiValidity)
 	if err != nil {
 		return err
 	}
-	kubeletClient, err := ca.IssueFor(certs.Subject{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"kubelet-api-clients"},
+	kubeletClient, err := testcerts.Issue(ca, testcerts.Subject{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"kubelet-api-clients"},
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, now, pkiValidity)
 	if err != nil {
 		return err
 	}
-	kubeletServing, err := ca.IssueFor(certs.Subject{CommonName: NodeName, Names: []string{n.NodeIP, NodeName},
+	kubeletServing, err := testcerts.Issue(ca, testcerts.Subject{CommonName: NodeName, Names: []string{n.NodeIP, NodeName},
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, pkiValidity)
 	if err != nil {
 		return err

@@ -55,8 +55,9 @@ type Config struct {
 	// LogLevel is --log-level: debug, info or error (empty: --zap-log-level,
 	// info by default).
 	LogLevel string
-	// Log are the logging options (--zap-log-level and friends, as
-	// controller-runtime's zap package reads them), with LogLevel applied.
+	// Log are the logging options (--zap-log-level and
+	// --zap-stacktrace-level, as controller-runtime's zap package reads
+	// them), with LogLevel applied.
 	Log slogjson.Options
 }
 
@@ -74,12 +75,48 @@ var ErrVersion = errors.New("--version")
 // --version.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	cfg := Config{}
-	fs := flag.NewFlagSet("reporter", flag.ContinueOnError)
+	fs, deleteAck, printVersion := cfg.flagSet()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, fmt.Errorf("invalid command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("invalid command line: unexpected argument %q", fs.Arg(0))
+	}
+	if *printVersion {
+		// Before the environment is read: --version works anywhere.
+		return cfg, ErrVersion
+	}
+	if err := cfg.applyLogLevel(); err != nil {
+		return cfg, err
+	}
+	cfg.Namespace = strings.TrimSpace(getenv(EnvTargetNamespace))
+	cfg.Identity = getenv(EnvPodName)
+	cfg.PodNamespace = getenv(EnvPodNamespace)
+	if cfg.LeaderElectionNamespace == "" {
+		cfg.LeaderElectionNamespace = cfg.Namespace
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	mode, err := annotations.ParseDeleteAck(*deleteAck)
+	if err != nil {
+		return cfg, fmt.Errorf(`--delete-ack: invalid value %q: expected "auto" or "manual"`, *deleteAck)
+	}
+	cfg.DeleteAck = mode
+	return cfg, cfg.validateEndpoints()
+}
+
+// flagSet binds cfg's flags; --delete-ack is read into deleteAck, for
+// ParseConfig to parse, and --version into printVersion.
+func (cfg *Config) flagSet() (fs *flag.FlagSet, deleteAck *string, printVersion *bool) {
+	fs = flag.NewFlagSet("reporter", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var deleteAck string
 	fs.StringVar(&cfg.AddonInstance, "addon-instance", annotations.DefaultAddonInstance,
 		"Name of the AddonInstance in the addon's namespace.")
-	fs.StringVar(&deleteAck, "delete-ack", string(annotations.DefaultDeleteAck),
+	deleteAck = fs.String("delete-ack", string(annotations.DefaultDeleteAck),
 		`How markedForDeletion is acknowledged: "auto" or "manual".`)
 	fs.StringVar(&cfg.HealthURL, "health-url", "",
 		"Optional pod-local URL checked each period, e.g. http://127.0.0.1:8081/healthz (loopback hosts only).")
@@ -94,21 +131,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", "",
 		"Log level: debug, info or error (the same as --zap-log-level).")
 	cfg.Log.BindFlags(fs)
-	printVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, err
-		}
-		return cfg, fmt.Errorf("invalid command line: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("invalid command line: unexpected argument %q", fs.Arg(0))
-	}
-	if *printVersion {
-		// Before the environment is read: --version works anywhere.
-		return cfg, ErrVersion
-	}
+	printVersion = fs.Bool("version", false, "Print the version and exit.")
+	return fs, deleteAck, printVersion
+}
 
+// applyLogLevel sets the logging level from --log-level, which wins over
+// --zap-log-level.
+func (cfg *Config) applyLogLevel() error {
 	switch cfg.LogLevel {
 	case "":
 	case "debug":
@@ -118,50 +147,47 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	case "error":
 		cfg.Log.Level = new(slogjson.LevelError)
 	default:
-		return cfg, fmt.Errorf(`--log-level: invalid value %q: expected "debug", "info" or "error"`, cfg.LogLevel)
+		return fmt.Errorf(`--log-level: invalid value %q: expected "debug", "info" or "error"`, cfg.LogLevel)
 	}
+	return nil
+}
 
-	cfg.Namespace = strings.TrimSpace(getenv(EnvTargetNamespace))
-	cfg.Identity = getenv(EnvPodName)
-	cfg.PodNamespace = getenv(EnvPodNamespace)
-	if cfg.LeaderElectionNamespace == "" {
-		cfg.LeaderElectionNamespace = cfg.Namespace
-	}
-
+// validate checks the namespaces and the AddonInstance name.
+func (cfg *Config) validate() error {
 	if cfg.Namespace == "" {
-		return cfg, fmt.Errorf("environment variable %s is not set: it must hold the addon's namespace (the webhook sets it from metadata.namespace)", EnvTargetNamespace)
+		return fmt.Errorf("environment variable %s is not set: it must hold the addon's namespace (the webhook sets it from metadata.namespace)", EnvTargetNamespace)
 	}
 	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
-		return cfg, fmt.Errorf("environment variable %s: invalid namespace %q: %s", EnvTargetNamespace, cfg.Namespace, errs[0])
+		return fmt.Errorf("environment variable %s: invalid namespace %q: %s", EnvTargetNamespace, cfg.Namespace, errs[0])
 	}
 	if errs := validation.IsDNS1123Label(cfg.LeaderElectionNamespace); len(errs) > 0 {
-		return cfg, fmt.Errorf("--leader-election-namespace: invalid namespace %q: %s", cfg.LeaderElectionNamespace, errs[0])
+		return fmt.Errorf("--leader-election-namespace: invalid namespace %q: %s", cfg.LeaderElectionNamespace, errs[0])
 	}
 	if errs := validation.IsDNS1123Subdomain(cfg.AddonInstance); len(errs) > 0 {
-		return cfg, fmt.Errorf("--addon-instance: invalid AddonInstance name %q: %s", cfg.AddonInstance, errs[0])
+		return fmt.Errorf("--addon-instance: invalid AddonInstance name %q: %s", cfg.AddonInstance, errs[0])
 	}
-	mode, err := annotations.ParseDeleteAck(deleteAck)
-	if err != nil {
-		return cfg, fmt.Errorf(`--delete-ack: invalid value %q: expected "auto" or "manual"`, deleteAck)
-	}
-	cfg.DeleteAck = mode
+	return nil
+}
+
+// validateEndpoints checks the health URL and the bind addresses.
+func (cfg *Config) validateEndpoints() error {
 	if cfg.HealthURL != "" {
 		if err := annotations.ValidateHealthURL(cfg.HealthURL); err != nil {
 			var ae *annotations.Error
 			if errors.As(err, &ae) {
-				return cfg, fmt.Errorf("--health-url: invalid value %q: expected %s", cfg.HealthURL, ae.Expected)
+				return fmt.Errorf("--health-url: invalid value %q: expected %s", cfg.HealthURL, ae.Expected)
 			}
-			return cfg, fmt.Errorf("--health-url: %w", err)
+			return fmt.Errorf("--health-url: %w", err)
 		}
 	}
 	for _, a := range []struct{ flag, value string }{
 		{"--health-probe-bind-address", cfg.HealthProbeAddr}, {"--metrics-bind-address", cfg.MetricsAddr},
 	} {
 		if err := validateBindAddress(a.value); err != nil {
-			return cfg, fmt.Errorf("%s: invalid value %q: %w", a.flag, a.value, err)
+			return fmt.Errorf("%s: invalid value %q: %w", a.flag, a.value, err)
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // validateBindAddress accepts "0" (disabled) or host:port.

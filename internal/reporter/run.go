@@ -155,17 +155,9 @@ type endpoint struct {
 // servers keep answering until the Reporter has stopped and released its
 // Lease, and are shut down then.
 func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger) error {
-	// A registry of our own: the Reporter's series and the Go and process
-	// collectors, nothing registered globally by libraries.
-	registry := prometheus.NewRegistry()
-	if err := registry.Register(collectors.NewGoCollector()); err != nil {
-		return fmt.Errorf("registering the Go metrics: %w", err)
-	}
-	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return fmt.Errorf("registering the process metrics: %w", err)
-	}
-	if err := registry.Register(version.NewCollector("reporter", version.Get())); err != nil {
-		return fmt.Errorf("registering the build info metric: %w", err)
+	registry, err := newRegistry()
+	if err != nil {
+		return err
 	}
 	r, err := heartbeat.New(restCfg, heartbeat.Options{
 		Namespace:        cfg.Namespace,
@@ -181,17 +173,58 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	if err != nil {
 		return fmt.Errorf("configuring the reporter: %w", err)
 	}
+	endpoints := newEndpoints(cfg, r.Healthz, registry, log)
+	if err := listen(ctx, endpoints); err != nil {
+		return err
+	}
 
+	setup := log.WithName("setup")
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A server that stops on its own stops the reporter, which then exits
+	// with an error.
+	srv := serve(endpoints, cancel, setup)
+	setup.Info("starting", "addonInstance", cfg.Namespace+"/"+cfg.AddonInstance,
+		"deleteAck", cfg.DeleteAck, "healthURL", cfg.HealthURL, "identity", cfg.Identity, "podNamespace", cfg.PodNamespace)
+	runErr := r.Start(runCtx)
+
+	// The Reporter has stopped heartbeating and released its Lease (or a
+	// server failed): the probes and metrics, served during that hand-over,
+	// stop now.
+	errs := srv.stop(context.WithoutCancel(ctx), setup)
+	if runErr != nil {
+		errs = append(errs, fmt.Errorf("running: %w", runErr))
+	}
+	return errors.Join(errs...)
+}
+
+// newRegistry is a registry of the reporter's own: the Go and process
+// collectors and the build info, nothing registered globally by libraries.
+func newRegistry() (*prometheus.Registry, error) {
+	registry := prometheus.NewRegistry()
+	if err := registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("registering the Go metrics: %w", err)
+	}
+	if err := registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("registering the process metrics: %w", err)
+	}
+	if err := registry.Register(version.NewCollector("reporter", version.Get())); err != nil {
+		return nil, fmt.Errorf("registering the build info metric: %w", err)
+	}
+	return registry, nil
+}
+
+// newEndpoints are the servers cfg asks for, not yet bound. Readiness gates
+// the addon pod (a native sidecar's readiness counts), so it means
+// "configured and serving" and never depends on the API server or on
+// leadership. Liveness fails only when the heartbeat loop is stuck
+// (healthz), so that the kubelet restarts the sidecar.
+func newEndpoints(cfg Config, healthz func(*http.Request) error, registry *prometheus.Registry, log logr.Logger) []*endpoint {
 	errorLog := newHTTPErrorLog(log.WithName("http"))
 	var endpoints []*endpoint
 	if cfg.HealthProbeAddr != "0" {
-		// Readiness gates the addon pod (a native sidecar's readiness
-		// counts), so it means "configured and serving" and never depends
-		// on the API server or on leadership. Liveness fails only when the
-		// heartbeat loop is stuck (Reporter.Healthz), so that the kubelet
-		// restarts the sidecar.
 		mux := http.NewServeMux()
-		mux.HandleFunc("GET /healthz", checked(log.WithName("healthz"), r.Healthz))
+		mux.HandleFunc("GET /healthz", checked(log.WithName("healthz"), healthz))
 		mux.HandleFunc("GET /readyz", ok)
 		endpoints = append(endpoints, &endpoint{what: "health probes", flag: "--health-probe-bind-address",
 			addr: cfg.HealthProbeAddr, server: newServer(mux, errorLog)})
@@ -202,6 +235,12 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		endpoints = append(endpoints, &endpoint{what: "metrics", flag: "--metrics-bind-address",
 			addr: cfg.MetricsAddr, server: newServer(mux, errorLog)})
 	}
+	return endpoints
+}
+
+// listen binds every endpoint's address; on a failure it closes those it
+// bound and names the flag whose address failed.
+func listen(ctx context.Context, endpoints []*endpoint) error {
 	for _, e := range endpoints {
 		l, err := new(net.ListenConfig).Listen(ctx, "tcp", e.addr)
 		if err != nil {
@@ -214,50 +253,49 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		}
 		e.listener = l
 	}
+	return nil
+}
 
-	setup := log.WithName("setup")
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	serveErrs := make(chan error, len(endpoints))
+// servers are the bound endpoints, serving.
+type servers struct {
+	endpoints []*endpoint
+	wg        sync.WaitGroup
+	errs      chan error
+}
+
+// serve serves every endpoint until stop; one that fails calls failed.
+func serve(endpoints []*endpoint, failed func(), log logr.Logger) *servers {
+	s := &servers{endpoints: endpoints, errs: make(chan error, len(endpoints))}
 	for _, e := range endpoints {
-		setup.Info("serving "+e.what, "address", e.listener.Addr().String())
-		wg.Go(func() {
+		log.Info("serving "+e.what, "address", e.listener.Addr().String())
+		s.wg.Go(func() {
 			if err := e.server.Serve(e.listener); !errors.Is(err, http.ErrServerClosed) {
-				// A server that stops on its own stops the reporter,
-				// which then exits with an error.
-				serveErrs <- fmt.Errorf("serving the %s on %s: %w", e.what, e.listener.Addr(), err)
-				cancel()
+				s.errs <- fmt.Errorf("serving the %s on %s: %w", e.what, e.listener.Addr(), err)
+				failed()
 			}
 		})
 	}
+	return s
+}
 
-	setup.Info("starting", "addonInstance", cfg.Namespace+"/"+cfg.AddonInstance,
-		"deleteAck", cfg.DeleteAck, "healthURL", cfg.HealthURL, "identity", cfg.Identity, "podNamespace", cfg.PodNamespace)
-	runErr := r.Start(runCtx)
-
-	// The Reporter has stopped heartbeating and released its Lease (or a
-	// server failed): the probes and metrics, served during that hand-over,
-	// stop now.
-	shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancelShutdown()
-	for _, e := range endpoints {
-		if err := e.server.Shutdown(shutdownCtx); err != nil {
-			setup.Info("closing the "+e.what+" server after its graceful shutdown failed", "reason", err.Error())
+// stop shuts the servers down gracefully, within shutdownTimeout, and
+// returns the errors they failed with while serving.
+func (s *servers) stop(ctx context.Context, log logr.Logger) []error {
+	ctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+	defer cancel()
+	for _, e := range s.endpoints {
+		if err := e.server.Shutdown(ctx); err != nil {
+			log.Info("closing the "+e.what+" server after its graceful shutdown failed", "reason", err.Error())
 			_ = e.server.Close()
 		}
 	}
-	wg.Wait()
-	close(serveErrs)
-
-	errs := []error{}
-	for err := range serveErrs {
+	s.wg.Wait()
+	close(s.errs)
+	var errs []error
+	for err := range s.errs {
 		errs = append(errs, err)
 	}
-	if runErr != nil {
-		errs = append(errs, fmt.Errorf("running: %w", runErr))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func newServer(h http.Handler, errorLog *stdlog.Logger) *http.Server {

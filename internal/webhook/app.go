@@ -1,3 +1,10 @@
+// Package webhook is the webhook process: its flags (Options, for the
+// server, the certificates, leader election, RBAC provisioning and the
+// injected reporter), and Run, which builds the controller-runtime manager
+// and adds the admission handler (internal/admission), the serving
+// certificate's source and rotation (internal/certrotator), the record
+// signing key, RBAC provisioning (internal/rbac) and the AddonInstance gauges
+// (internal/instancewatch). cmd/webhook only parses the flags and calls Run.
 package webhook
 
 import (
@@ -13,7 +20,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -34,10 +40,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certexpiry"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/certrotator"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/instancewatch"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
+	"github.com/addon-heartbeat/addon-heartbeat/internal/promreg"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/rbac"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
@@ -350,46 +358,89 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	cfg, _ := o.InjectConfig()               // validated above
-	rbacCfg, manageRBAC, _ := o.RBACConfig() // validated above
-	selfManaged := o.CertMode == CertModeSelfManaged
-	certCfg := o.CertConfig()
-
-	// Serving from memory in self-managed mode: the certificate is in the
-	// manager's cache as soon as the Secret changes, with no Secret volume
-	// (whose kubelet sync lags by up to a minute) and no writable folder.
-	// The other modes serve the files in CertDir, by a watcher made here
-	// rather than by the webhook server, so that the served certificate's
-	// expiry can be exported in every mode.
-	var (
-		src     *certrotator.Source
-		files   *certwatcher.CertWatcher
-		serving certexpiry.Source
-	)
-	if selfManaged {
-		src = &certrotator.Source{}
-		serving = src.GetCertificate
-	} else {
-		var err error
-		files, err = certwatcher.New(filepath.Join(o.CertDir, o.CertName), filepath.Join(o.CertDir, o.KeyName))
-		if err != nil {
-			return fmt.Errorf("loading the serving certificate from %s: %w", o.CertDir, err)
+	a := &app{o: o, restCfg: restCfg, log: log}
+	a.inject, _ = o.InjectConfig()           // validated above
+	a.rbac, a.manageRBAC, _ = o.RBACConfig() // validated above
+	a.selfManaged = o.CertMode == CertModeSelfManaged
+	if err := a.loadServingCert(); err != nil {
+		return err
+	}
+	var err error
+	if a.mgr, err = a.newManager(); err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	for _, add := range []func(context.Context) error{a.addMetrics, a.addAdmission, a.addControllers, a.addChecks} {
+		if err := add(ctx); err != nil {
+			return err
 		}
-		serving = files.GetCertificate
 	}
-	tlsOpts := []func(*tls.Config){tlsDefaults}
-	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = serving })
+	log.Info("starting the webhook", "port", o.Port, "certMode", o.CertMode, "certDir", o.CertDir, "platform", a.inject.Platform,
+		"reporterImage", a.inject.Image, "nativeSidecar", a.inject.NativeSidecar, "leaderElect", o.LeaderElect, "rbac", a.manageRBAC)
+	if err := a.mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	log.Info("webhook stopped")
+	return nil
+}
+
+// app is one Run: the options, what was derived from them, and the manager
+// the parts are added to.
+type app struct {
+	o           Options
+	restCfg     *rest.Config
+	log         logr.Logger
+	inject      inject.Config
+	rbac        rbac.Config
+	manageRBAC  bool
+	selfManaged bool
+	mgr         ctrl.Manager
+
+	// The serving certificate: the Secret's, kept in memory (self-managed
+	// mode), or the files in CertDir (the other modes); serving returns it
+	// in either mode.
+	src     *certrotator.Source
+	files   *certwatcher.CertWatcher
+	serving certexpiry.Source
+	// signing is the record signing key, when RBAC is provisioned.
+	signing *SigningKey
+}
+
+// loadServingCert picks where the served certificate comes from. Serving
+// from memory in self-managed mode: the certificate is in the manager's cache
+// as soon as the Secret changes, with no Secret volume (whose kubelet sync
+// lags by up to a minute) and no writable folder. The other modes serve the
+// files in CertDir, by a watcher made here rather than by the webhook server,
+// so that the served certificate's expiry can be exported in every mode.
+func (a *app) loadServingCert() error {
+	if a.selfManaged {
+		a.src = &certrotator.Source{}
+		a.serving = a.src.GetCertificate
+		return nil
+	}
+	files, err := certwatcher.New(filepath.Join(a.o.CertDir, a.o.CertName), filepath.Join(a.o.CertDir, a.o.KeyName))
+	if err != nil {
+		return fmt.Errorf("loading the serving certificate from %s: %w", a.o.CertDir, err)
+	}
+	a.files, a.serving = files, files.GetCertificate
+	return nil
+}
+
+// newManager makes the manager: its cache limited to the objects the
+// controllers read, its leader election for the writing controllers, and
+// the webhook server.
+func (a *app) newManager() (ctrl.Manager, error) {
+	o := a.o
 	byObject := instancewatch.CacheOptions()
-	if manageRBAC {
-		maps.Copy(byObject, rbacCfg.CacheOptions())
+	if a.manageRBAC {
+		maps.Copy(byObject, a.rbac.CacheOptions())
 	}
-	if selfManaged {
-		maps.Copy(byObject, certCfg.CacheOptions())
+	if a.selfManaged {
+		maps.Copy(byObject, o.CertConfig().CacheOptions())
 	}
 	shutdown := o.ShutdownTimeout
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+	return ctrl.NewManager(a.restCfg, ctrl.Options{
 		Scheme:                  scheme(),
-		Logger:                  log,
+		Logger:                  a.log,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		GracefulShutdownTimeout: &shutdown,
@@ -421,100 +472,97 @@ func Run(ctx context.Context, o Options, restCfg *rest.Config, log logr.Logger) 
 			CertDir:  o.CertDir,
 			CertName: o.CertName,
 			KeyName:  o.KeyName,
-			TLSOpts:  tlsOpts,
+			TLSOpts:  []func(*tls.Config){tlsDefaults, func(c *tls.Config) { c.GetCertificate = a.serving }},
 		}),
 	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	metrics, err := NewMetrics(crmetrics.Registry)
-	if err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-	if files != nil {
-		if err := mgr.Add(files); err != nil {
+}
+
+// addMetrics registers the gauges of the served certificate and of the
+// AddonInstances, and watches the certificate files when they are served.
+func (a *app) addMetrics(ctx context.Context) error {
+	if a.files != nil {
+		if err := a.mgr.Add(a.files); err != nil {
 			return fmt.Errorf("adding the serving certificate watcher: %w", err)
 		}
 	}
-	certGauges, err := registerOrReuse(crmetrics.Registry, &certexpiry.Collector{})
+	certGauges, err := promreg.RegisterOrReuse(crmetrics.Registry, &certexpiry.Collector{})
 	if err != nil {
 		return fmt.Errorf("registering the serving certificate metrics: %w", err)
 	}
-	if err := mgr.Add(certGauges.Holder(serving)); err != nil {
+	if err := a.mgr.Add(certGauges.Holder(a.serving)); err != nil {
 		return fmt.Errorf("adding the serving certificate metrics: %w", err)
 	}
-	instanceGauges, err := registerOrReuse(crmetrics.Registry, &instancewatch.Collector{})
+	instanceGauges, err := promreg.RegisterOrReuse(crmetrics.Registry, &instancewatch.Collector{})
 	if err != nil {
 		return fmt.Errorf("registering the AddonInstance metrics: %w", err)
 	}
-	if err := instancewatch.Setup(ctx, mgr, instanceGauges, "", log.WithName("addoninstances")); err != nil {
-		return err
+	return instancewatch.Setup(ctx, a.mgr, instanceGauges, "", a.log.WithName("addoninstances"))
+}
+
+// addAdmission registers the admission handler on the webhook server. With
+// RBAC provisioning, it signs the status records with the key every replica
+// loads (the signing key's readiness check holds a replica back until it
+// has it) and applies the escalation rule to new reporter subjects.
+func (a *app) addAdmission(context.Context) error {
+	metrics, err := admission.NewMetrics(crmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
-	server := mgr.GetWebhookServer()
-	h := &Handler{Config: cfg, Log: log.WithName("admission"), Metrics: metrics,
-		VersionWarning: reporterVersionWarning(log.WithName("setup"), o.ReporterVersion, cfg.Image)}
-	if manageRBAC {
-		signing := &SigningKey{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
-			Secret: types.NamespacedName{Namespace: o.Namespace, Name: o.SigningSecretName}, Log: log.WithName("signing-key")}
-		if err := mgr.Add(signing); err != nil {
+	h := &admission.Handler{Config: a.inject, Log: a.log.WithName("admission"), Metrics: metrics,
+		VersionWarning: admission.ReporterVersionWarning(a.log.WithName("setup"), a.o.ReporterVersion, a.inject.Image)}
+	if a.manageRBAC {
+		a.signing = &SigningKey{Reader: a.mgr.GetAPIReader(), Writer: a.mgr.GetClient(),
+			Secret: types.NamespacedName{Namespace: a.o.Namespace, Name: a.o.SigningSecretName}, Log: a.log.WithName("signing-key")}
+		if err := a.mgr.Add(a.signing); err != nil {
 			return fmt.Errorf("adding the signing key loader: %w", err)
 		}
-		if err := mgr.AddReadyzCheck("signing-key", signing.Checker()); err != nil {
+		if err := a.mgr.AddReadyzCheck("signing-key", a.signing.Checker()); err != nil {
 			return fmt.Errorf("adding the readiness check: %w", err)
 		}
-		reviews, err := authorizationv1client.NewForConfig(restCfg)
+		reviews, err := authorizationv1client.NewForConfig(a.restCfg)
 		if err != nil {
 			return fmt.Errorf("creating the authorization client: %w", err)
 		}
 		var rules []rbacv1.PolicyRule
-		for _, n := range cfg.AddonInstanceNames {
+		for _, n := range a.inject.AddonInstanceNames {
 			rules = append(rules, heartbeat.PolicyRules(n)...)
 		}
-		h.Key = signing.Key
-		h.Onboarding = &Onboarding{Bindings: mgr.GetClient(), Reviews: reviews.SubjectAccessReviews(),
-			ClusterRole: rbacCfg.ClusterRole, BindingName: rbacCfg.RoleBindingName, Rules: rules}
-		rbacCfg.Key = signing.Key
+		h.Key = a.signing.Key
+		h.Onboarding = &admission.Onboarding{Bindings: a.mgr.GetClient(), Reviews: reviews.SubjectAccessReviews(),
+			ClusterRole: a.rbac.ClusterRole, BindingName: a.rbac.RoleBindingName, Rules: rules}
 	}
-	server.Register(Path, h)
-	if selfManaged {
-		if err := certrotator.Setup(mgr, certCfg, src, log.WithName("certificates")); err != nil {
-			return fmt.Errorf("setting up self-managed certificates: %w", err)
-		}
-	}
-	if manageRBAC {
-		r := &rbac.Reconciler{Client: mgr.GetClient(), Config: rbacCfg, Log: log.WithName("rbac")}
-		if err := r.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("setting up RBAC provisioning: %w", err)
-		}
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("adding the health check: %w", err)
-	}
-	// Ready once the TLS server answers with a certificate: the API server
-	// can then call it. In self-managed mode the handshake fails until the
-	// certificate is loaded from the Secret.
-	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
-		return fmt.Errorf("adding the readiness check: %w", err)
-	}
-	log.Info("starting the webhook", "port", o.Port, "certMode", o.CertMode, "certDir", o.CertDir,
-		"platform", cfg.Platform, "reporterImage", cfg.Image, "nativeSidecar", cfg.NativeSidecar, "leaderElect", o.LeaderElect, "rbac", manageRBAC)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("running the manager: %w", err)
-	}
-	log.Info("webhook stopped")
+	a.mgr.GetWebhookServer().Register(admission.Path, h)
 	return nil
 }
 
-// registerOrReuse registers c, or returns the collector already registered
-// under the same descriptors (a second Run in one process, as in tests).
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
+// addControllers adds the writing controllers, which run on the elected
+// replica: certificate rotation (self-managed mode) and RBAC provisioning.
+func (a *app) addControllers(context.Context) error {
+	if a.selfManaged {
+		if err := certrotator.Setup(a.mgr, a.o.CertConfig(), a.src, a.log.WithName("certificates")); err != nil {
+			return fmt.Errorf("setting up self-managed certificates: %w", err)
 		}
-		return c, err
 	}
-	return c, nil
+	if a.manageRBAC {
+		cfg := a.rbac
+		cfg.Key = a.signing.Key
+		r := &rbac.Reconciler{Client: a.mgr.GetClient(), Config: cfg, Log: a.log.WithName("rbac")}
+		if err := r.SetupWithManager(a.mgr); err != nil {
+			return fmt.Errorf("setting up RBAC provisioning: %w", err)
+		}
+	}
+	return nil
+}
+
+// addChecks adds liveness, and readiness once the TLS server answers with a
+// certificate: the API server can then call it. In self-managed mode the
+// handshake fails until the certificate is loaded from the Secret.
+func (a *app) addChecks(context.Context) error {
+	if err := a.mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := a.mgr.AddReadyzCheck("webhook", a.mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return nil
 }

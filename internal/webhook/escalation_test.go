@@ -77,7 +77,7 @@ func reporterMay(t *testing.T, ns, sa string) []string {
 			t.Fatal(err)
 		}
 		if res.Status.Allowed {
-			got = append(got, describe(attrs))
+			got = append(got, strings.TrimSpace(fmt.Sprint(attrs.Verb, " ", attrs.Resource, "/", attrs.Subresource, " ", attrs.Name)))
 		}
 	}
 	return got

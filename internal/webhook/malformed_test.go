@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 )
 
 func webhookClient(cfg *tls.Config) *http.Client {
@@ -98,7 +100,7 @@ func TestMalformedRequests(t *testing.T) {
 		})
 	}
 	// A body over the limit is refused without being read in full.
-	big := bytes.Repeat([]byte(" "), maxBodyBytes+1)
+	big := bytes.Repeat([]byte(" "), admission.MaxBodyBytes+1)
 	resp, err := c.Post(webhookURL, "application/json", bytes.NewReader(big))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestMalformedRequests(t *testing.T) {
 
 // TLS 1.2 is the floor and HTTP/2 is never negotiated.
 func TestTLSSettings(t *testing.T) {
-	addr := strings.TrimPrefix(strings.TrimSuffix(webhookURL, Path), "https://")
+	addr := strings.TrimPrefix(strings.TrimSuffix(webhookURL, admission.Path), "https://")
 	old := webhookTLS.Clone()
 	old.MinVersion, old.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
 	if conn, err := tls.Dial("tcp", addr, old); err == nil {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
@@ -93,7 +94,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	webhookURL = fmt.Sprintf("https://%s%s", net.JoinHostPort(wio.LocalServingHost, fmt.Sprint(wio.LocalServingPort)), Path)
+	webhookURL = fmt.Sprintf("https://%s%s", net.JoinHostPort(wio.LocalServingHost, fmt.Sprint(wio.LocalServingPort)), admission.Path)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(wio.LocalServingCAData)
 	webhookTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

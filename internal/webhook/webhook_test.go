@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
@@ -113,7 +114,7 @@ func TestCreateInjectsOnlyAnnotated(t *testing.T) {
 	if a, b := after.value(reviewsTotal), mid.value(reviewsTotal); a != b {
 		t.Errorf("the webhook answered %v reviews for Deployments it must never see", a-b)
 	}
-	if a, b := after.value(requestsTotal, "webhook="+Path), mid.value(requestsTotal, "webhook="+Path); a != b {
+	if a, b := after.value(requestsTotal, "webhook="+admission.Path), mid.value(requestsTotal, "webhook="+admission.Path); a != b {
 		t.Errorf("the webhook server received %v requests for Deployments it must never see", a-b)
 	}
 }

@@ -96,55 +96,54 @@ func LoadCA(kp KeyPair) (*CA, error) {
 func (ca *CA) Cert() *x509.Certificate { return ca.cert }
 
 // Issue signs a serving certificate for dnsNames (and IP addresses, when a
-// name parses as one), valid from now for validity.
+// name parses as one), valid from now for validity but never past the CA's
+// own expiry.
 func (ca *CA) Issue(dnsNames []string, now time.Time, validity time.Duration) (KeyPair, error) {
 	if len(dnsNames) == 0 {
 		return KeyPair{}, errors.New("a serving certificate needs at least one name")
 	}
-	return ca.IssueFor(Subject{CommonName: dnsNames[0], Names: dnsNames, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, now, validity)
-}
-
-// Subject says whom a certificate is for and what it may be used for.
-type Subject struct {
-	CommonName string
-	// Organizations are Kubernetes groups on a client certificate.
-	Organizations []string
-	// Names are the subject alternative names; those that parse as IP
-	// addresses become IP SANs.
-	Names []string
-	// Usages are the extended key usages (server auth, client auth).
-	Usages []x509.ExtKeyUsage
-}
-
-// IssueFor signs a certificate for s, valid from now for validity but never
-// past the CA's own expiry.
-func (ca *CA) IssueFor(s Subject, now time.Time, validity time.Duration) (KeyPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return KeyPair{}, fmt.Errorf("generating the key of %s: %w", s.CommonName, err)
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return KeyPair{}, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: s.CommonName, Organization: s.Organizations},
-		NotBefore:    now.Add(-clockSkew),
-		NotAfter:     minTime(now.Add(validity), ca.cert.NotAfter),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  s.Usages,
+		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	for _, n := range s.Names {
+	SetNames(tmpl, dnsNames)
+	return ca.Sign(tmpl, now, validity)
+}
+
+// SetNames adds names to tmpl's subject alternative names: those that parse
+// as IP addresses as IP SANs, the others as DNS names.
+func SetNames(tmpl *x509.Certificate, names []string) {
+	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
 			tmpl.DNSNames = append(tmpl.DNSNames, n)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+}
+
+// Sign signs tmpl (its subject, names and extended key usages) with a new
+// ECDSA P-256 key: it sets the serial number, the key usage, and the
+// validity, from now (backdated by the clock-skew allowance) for validity
+// but never past the CA's own expiry.
+func (ca *CA) Sign(tmpl *x509.Certificate, now time.Time, validity time.Duration) (KeyPair, error) {
+	name := tmpl.Subject.CommonName
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("signing the certificate of %s: %w", s.CommonName, err)
+		return KeyPair{}, fmt.Errorf("generating the key of %s: %w", name, err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return KeyPair{}, err
+	}
+	t := *tmpl
+	t.SerialNumber = serial
+	t.NotBefore = now.Add(-clockSkew)
+	t.NotAfter = minTime(now.Add(validity), ca.cert.NotAfter)
+	t.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, &t, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("signing the certificate of %s: %w", name, err)
 	}
 	keyPEM, err := encodeKey(key)
 	if err != nil {

@@ -70,31 +70,3 @@ func TestLoadCA(t *testing.T) {
 		t.Error("accepted a serving certificate as a CA")
 	}
 }
-
-func TestIssueForClient(t *testing.T) {
-	now := time.Now()
-	ca, err := NewCA("test-ca", now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := ca.IssueFor(Subject{CommonName: "system:node:n1", Organizations: []string{"system:nodes"},
-		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, now, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ParseCert(kp.CertPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert())
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: now}); err != nil {
-		t.Errorf("not a valid client certificate: %v", err)
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, CurrentTime: now}); err == nil {
-		t.Error("a client certificate verifies for serving")
-	}
-	if cert.Subject.CommonName != "system:node:n1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "system:nodes" {
-		t.Errorf("subject %v", cert.Subject)
-	}
-}

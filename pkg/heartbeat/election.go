@@ -143,69 +143,13 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 	}()
 
 	t := &term{r: r, lock: lock, end: cancel, earlier: make(chan struct{}, 1)}
-	if lock != nil {
-		// Stop leading when the hold runs out even if no heartbeat is due
-		// to notice: is_leader must not outlive the Lease. Renewals only
-		// move the deadline; the timer re-arms itself when it fires early.
-		t.setDeadline(lock.HoldEnd())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.watchDeadline(ctx)
-		}()
-	}
-	// Probes of the API server's clock, while a correction needs them.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t.probeClock(ctx)
-	}()
+	t.startGuards(ctx, &wg)
 	kick := make(chan struct{}, 1)
-	signal := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	// client-go's reflectors log through the context's logger; rate-limit
-	// it like our own errors.
-	informerCtx := klog.NewContext(ctx, rateLimited(r.log.WithName("watch"), r.limiter))
-	t.instance = r.kube.instanceInformer(r.key)
-	informers := []toolscache.SharedIndexInformer{t.instance}
-	var err error
-	if r.opts.DeploymentHealth {
-		if t.deployments, err = r.kube.deploymentInformer(r.key.Namespace); err != nil {
-			r.limiter.logError(r.log, err, "setting up the watch failed")
-			r.sleep(ctx, time.Second)
-			return
-		}
-		informers = append(informers, t.deployments)
-	}
-	// No resync: an update is a change of the AddonInstance (see resyncCheck).
-	if _, err = t.instance.AddEventHandlerWithResyncPeriod(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    signal,
-		UpdateFunc: func(_, o any) { signal(o) },
-		DeleteFunc: signal,
-	}, 0); err != nil {
+	informers, err := t.startWatches(ctx, &wg, kick)
+	if err != nil {
 		r.limiter.logError(r.log, err, "setting up the watch failed")
 		r.sleep(ctx, time.Second)
 		return
-	}
-	for i, inf := range informers {
-		what := "AddonInstance " + r.key.String()
-		if i > 0 {
-			what = "Deployments in " + r.key.Namespace
-		}
-		if err := inf.SetWatchErrorHandler(func(_ *toolscache.Reflector, err error) { r.watchError(what, err) }); err != nil {
-			r.limiter.logError(r.log, err, "setting up the watch failed")
-			r.sleep(ctx, time.Second)
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runInformer(informerCtx, inf)
-		}()
 	}
 	// Wait briefly for the first lists so that the first heartbeat has
 	// health to report; within the first half period, so that the hold
@@ -228,6 +172,76 @@ func (r *Reporter) lead(ctx context.Context, lock *election.Elector) {
 	defer r.log.Info("stopped leading", "identity", r.opts.Identity)
 
 	(&loop{clock: r.clock, observe: t.observe, beat: t.beat, kick: kick}).run(ctx)
+}
+
+// startGuards starts, for the term, the end of leadership when the hold runs
+// out, and the probes of the API server's clock while a correction needs
+// them.
+func (t *term) startGuards(ctx context.Context, wg *sync.WaitGroup) {
+	if t.lock != nil {
+		// Stop leading when the hold runs out even if no heartbeat is due
+		// to notice: is_leader must not outlive the Lease. Renewals only
+		// move the deadline; the timer re-arms itself when it fires early.
+		t.setDeadline(t.lock.HoldEnd())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.watchDeadline(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.probeClock(ctx)
+	}()
+}
+
+// startWatches starts the term's informers: the AddonInstance's, whose
+// changes send on kick, and in zero-code mode the Deployments'. It returns
+// them, not yet synced.
+func (t *term) startWatches(ctx context.Context, wg *sync.WaitGroup, kick chan<- struct{}) ([]toolscache.SharedIndexInformer, error) {
+	r := t.r
+	signal := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	// client-go's reflectors log through the context's logger; rate-limit
+	// it like our own errors.
+	informerCtx := klog.NewContext(ctx, rateLimited(r.log.WithName("watch"), r.limiter))
+	t.instance = r.kube.instanceInformer(r.key)
+	informers := []toolscache.SharedIndexInformer{t.instance}
+	if r.opts.DeploymentHealth {
+		var err error
+		if t.deployments, err = r.kube.deploymentInformer(r.key.Namespace); err != nil {
+			return nil, err
+		}
+		informers = append(informers, t.deployments)
+	}
+	// No resync: an update is a change of the AddonInstance (see resyncCheck).
+	if _, err := t.instance.AddEventHandlerWithResyncPeriod(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    signal,
+		UpdateFunc: func(_, o any) { signal(o) },
+		DeleteFunc: signal,
+	}, 0); err != nil {
+		return nil, err
+	}
+	for i, inf := range informers {
+		what := "AddonInstance " + r.key.String()
+		if i > 0 {
+			what = "Deployments in " + r.key.Namespace
+		}
+		if err := inf.SetWatchErrorHandler(func(_ *toolscache.Reflector, err error) { r.watchError(what, err) }); err != nil {
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runInformer(informerCtx, inf)
+		}()
+	}
+	return informers, nil
 }
 
 // watchError logs a failed list or watch of what: forbidden ones

@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
-	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
 
@@ -177,7 +177,7 @@ func (t *target) dial() (*conn, error) {
 		return nil, err
 	}
 	head := fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json\r\n",
-		webhook.Path, t.addr)
+		admission.Path, t.addr)
 	return &conn{tc: tc, br: bufio.NewReaderSize(tc, 16<<10), head: head}, nil
 }
 
@@ -340,11 +340,11 @@ func BenchmarkAdmissionHandler(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			body := addonReview(b, v.annots)
-			h := &webhook.Handler{Config: cfg, Log: logr.Discard()}
+			h := &admission.Handler{Config: cfg, Log: logr.Discard()}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, webhook.Path, bytes.NewReader(body))
+				req := httptest.NewRequest(http.MethodPost, admission.Path, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)

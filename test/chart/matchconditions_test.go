@@ -18,8 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
-	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/certs"
 )
 
@@ -224,7 +224,7 @@ func startRecorder(t *testing.T) *recorder {
 	r := &recorder{ca: ca.CertPEM, calls: map[string]int{}}
 	r.port, _ = strconv.Atoi(p)
 	mux := http.NewServeMux()
-	mux.HandleFunc(webhook.Path, r.serve)
+	mux.HandleFunc(admission.Path, r.serve)
 	srv := &http.Server{
 		Handler:           mux,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/webhook"
@@ -67,7 +68,7 @@ func createWebhookConfiguration(t *testing.T, objs []*unstructured.Unstructured,
 	mwc := convert[admissionv1.MutatingWebhookConfiguration](t, mustFind(t, objs, "MutatingWebhookConfiguration", name))
 	for i := range mwc.Webhooks {
 		mwc.Webhooks[i].ClientConfig.Service = nil
-		mwc.Webhooks[i].ClientConfig.URL = ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.Path))
+		mwc.Webhooks[i].ClientConfig.URL = ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, admission.Path))
 		mwc.Webhooks[i].ClientConfig.CABundle = caBundle
 	}
 	if err := k8s.Create(t.Context(), mwc); err != nil {

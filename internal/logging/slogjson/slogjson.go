@@ -1,9 +1,13 @@
 // Package slogjson is the reporter's logger: the standard library's log/slog
-// JSON handler behind a logr.Logger, configured by the flags of
-// controller-runtime's zap package (--zap-log-level and friends) with the
-// same meanings and the same line layout (one JSON object a line: "level",
-// "ts", "logger", "msg", the key/value pairs, "error", and "stacktrace" from
-// the error level up).
+// JSON handler behind a logr.Logger, in the line layout of
+// controller-runtime's zap logger (one JSON object a line: "level", "ts",
+// "logger", "msg", the key/value pairs, "error", and "stacktrace" from the
+// error level up), configured by two of its flags, --zap-log-level and
+// --zap-stacktrace-level, with the same meanings. The webhook injects only
+// --log-level; --zap-log-level stays because it is the one way to V(2) and
+// beyond. zap's --zap-devel, --zap-encoder and --zap-time-encoding are not
+// offered: nothing passes them, and the layout is part of the contract with
+// log queries.
 //
 // It exists so that the injected sidecar links neither zap nor
 // controller-runtime: the reporter logs a few lines an hour, and every
@@ -14,8 +18,7 @@
 // Differences from controller-runtime's zap logger, none of which the
 // reporter relies on: lines are not sampled (zap's production sampling drops
 // a message repeated more than 100 times a second; the reporter logs a few
-// lines per period at most), and the console encoder is slog's text
-// handler (key=value pairs) rather than zap's tab-separated layout.
+// lines per period at most).
 package slogjson
 
 import (
@@ -41,47 +44,23 @@ const (
 	LevelInfo  = slog.LevelInfo
 	LevelError = slog.LevelError
 
-	levelWarn  = slog.LevelWarn // only the stack traces of --zap-devel use it
 	levelPanic = slog.LevelError + 4
 )
 
-// Options are the settings of the flags. The zero value is the
-// production default: JSON, info, stack traces on errors, RFC 3339 times.
+// Options are the settings of the flags. The zero value is the production
+// default of controller-runtime's zap logger: info, stack traces on errors
+// (and RFC 3339 times, the only encoding offered).
 type Options struct {
-	// Development sets the defaults of --zap-devel: console encoder, debug
-	// level, stack traces from warnings up. Explicit flags win.
-	Development bool
 	// Level is the lowest level logged; nil means the default.
 	Level *slog.Level
 	// StacktraceLevel is the lowest level that gets a "stacktrace"; nil
 	// means the default.
 	StacktraceLevel *slog.Level
-	// Console selects the text handler instead of JSON; nil means the
-	// default.
-	Console *bool
-	// TimeEncoding is one of the --zap-time-encoding values; empty is
-	// rfc3339 (controller-runtime's default, whatever its help text says).
-	TimeEncoding string
 }
 
-// BindFlags registers --zap-devel, --zap-encoder, --zap-log-level,
-// --zap-stacktrace-level and --zap-time-encoding on fs, with the values and
-// error messages of controller-runtime's zap.Options.BindFlags.
+// BindFlags registers --zap-log-level and --zap-stacktrace-level on fs, with
+// the values and error messages of controller-runtime's zap.Options.BindFlags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&o.Development, "zap-devel", o.Development,
-		"Development Mode defaults(encoder=consoleEncoder,logLevel=Debug,stackTraceLevel=Warn). "+
-			"Production Mode defaults(encoder=jsonEncoder,logLevel=Info,stackTraceLevel=Error)")
-	fs.Func("zap-encoder", "Zap log encoding (one of 'json' or 'console')", func(v string) error {
-		switch strings.ToLower(v) {
-		case "json":
-			o.Console = new(false)
-		case "console":
-			o.Console = new(true)
-		default:
-			return fmt.Errorf("invalid encoder value %q", v)
-		}
-		return nil
-	})
 	fs.Func("zap-log-level", "Zap Level to configure the verbosity of logging. Can be one of 'debug', 'info', 'error', 'panic'"+
 		" or any integer value > 0 which corresponds to custom debug levels of increasing verbosity", func(v string) error {
 		l, err := ParseLevel(v)
@@ -97,13 +76,6 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			return fmt.Errorf("invalid stacktrace level %q", v)
 		}
 		o.StacktraceLevel = &l
-		return nil
-	})
-	fs.Func("zap-time-encoding", "Zap time encoding (one of 'epoch', 'millis', 'nano', 'iso8601', 'rfc3339' or 'rfc3339nano'). Defaults to 'epoch'.", func(v string) error {
-		if _, ok := timeEncoders[strings.ToLower(v)]; !ok {
-			return fmt.Errorf("invalid time-encoding value %q", v)
-		}
-		o.TimeEncoding = strings.ToLower(v)
 		return nil
 	})
 }
@@ -123,53 +95,42 @@ func ParseLevel(v string) (slog.Level, error) {
 
 // New returns a logger that writes to w as o says.
 func New(w io.Writer, o Options) logr.Logger {
-	level, stackLevel, console := LevelInfo, LevelError, false
-	if o.Development {
-		level, stackLevel, console = LevelDebug, levelWarn, true
-	}
+	level, stackLevel := LevelInfo, LevelError
 	if o.Level != nil {
 		level = *o.Level
 	}
 	if o.StacktraceLevel != nil {
 		stackLevel = *o.StacktraceLevel
 	}
-	if o.Console != nil {
-		console = *o.Console
-	}
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr(timeEncoders[o.TimeEncoding])}
-	var h slog.Handler = slog.NewJSONHandler(w, opts)
-	if console {
-		h = slog.NewTextHandler(w, opts)
-	}
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr})
 	return logr.FromSlogHandler(&stackHandler{Handler: h, level: stackLevel})
 }
 
 // replaceAttr gives the built-in attributes and logr's the names and values
-// zap's production encoder uses, so that log queries keep working.
-func replaceAttr(encodeTime func(time.Time) slog.Value) func([]string, slog.Attr) slog.Attr {
-	return func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) > 0 {
-			return a
-		}
-		switch a.Key {
-		case slog.TimeKey:
-			return slog.Attr{Key: "ts", Value: encodeTime(a.Value.Time())}
-		case slog.LevelKey:
-			if l, ok := a.Value.Any().(slog.Level); ok {
-				return slog.String(slog.LevelKey, levelName(l))
-			}
-		case "logger":
-			// logr joins WithName with "/", zap with ".".
-			return slog.String("logger", strings.ReplaceAll(a.Value.String(), "/", "."))
-		case "err":
-			// logr's key for the error of Error; zap's is "error". A
-			// caller's own "err" value that is an error is renamed too.
-			if _, ok := a.Value.Any().(error); ok {
-				return slog.Attr{Key: "error", Value: a.Value}
-			}
-		}
+// zap's production encoder uses (with controller-runtime's RFC 3339 times),
+// so that log queries keep working.
+func replaceAttr(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) > 0 {
 		return a
 	}
+	switch a.Key {
+	case slog.TimeKey:
+		return slog.String("ts", a.Value.Time().Format(time.RFC3339))
+	case slog.LevelKey:
+		if l, ok := a.Value.Any().(slog.Level); ok {
+			return slog.String(slog.LevelKey, levelName(l))
+		}
+	case "logger":
+		// logr joins WithName with "/", zap with ".".
+		return slog.String("logger", strings.ReplaceAll(a.Value.String(), "/", "."))
+	case "err":
+		// logr's key for the error of Error; zap's is "error". A
+		// caller's own "err" value that is an error is renamed too.
+		if _, ok := a.Value.Any().(error); ok {
+			return slog.Attr{Key: "error", Value: a.Value}
+		}
+	}
+	return a
 }
 
 // levelName is zap's lowercase name of the level: V(n) for n >= 2 is
@@ -180,8 +141,6 @@ func levelName(l slog.Level) string {
 		return "debug"
 	case l == LevelInfo:
 		return "info"
-	case l == levelWarn:
-		return "warn"
 	case l == LevelError:
 		return "error"
 	case l < LevelInfo:
@@ -190,18 +149,6 @@ func levelName(l slog.Level) string {
 		return strings.ToLower(l.String())
 	}
 }
-
-// timeEncoders are the --zap-time-encoding values; "" is the default.
-var timeEncoders = map[string]func(time.Time) slog.Value{
-	"": rfc3339, "rfc3339": rfc3339,
-	"rfc3339nano": func(t time.Time) slog.Value { return slog.StringValue(t.Format(time.RFC3339Nano)) },
-	"iso8601":     func(t time.Time) slog.Value { return slog.StringValue(t.Format("2006-01-02T15:04:05.000Z0700")) },
-	"epoch":       func(t time.Time) slog.Value { return slog.Float64Value(float64(t.UnixNano()) / 1e9) },
-	"millis":      func(t time.Time) slog.Value { return slog.Float64Value(float64(t.UnixNano()) / 1e6) },
-	"nanos":       func(t time.Time) slog.Value { return slog.Int64Value(t.UnixNano()) },
-}
-
-func rfc3339(t time.Time) slog.Value { return slog.StringValue(t.Format(time.RFC3339)) }
 
 // stackHandler adds zap's "stacktrace" to records at or above level: the
 // stack from the caller of the logr method, one "function\n\tfile:line" per

@@ -7,11 +7,18 @@
 // Why not client-go's leaderelection: it renews on its own ticker, a Lease
 // write every retry period (2 s by default) per addon, against one write per
 // heartbeat period here (the writer renews right after each heartbeat that
-// went through, see Elector.Renew), and it has no notion of the writer's
-// period, so its timings cannot follow a change of heartbeatUpdatePeriod.
-// Standbys here watch the Lease instead of polling it (no request while the
-// leader renews), and a take is judged against the period as read after the
-// record it judges.
+// went through, see Elector.Renew). With client-go tuned to the period (a
+// retry period of P/4) the reporter made four Lease writes per heartbeat,
+// 42% of the leader's CPU in a profile; paced by the heartbeat it makes 2.0
+// requests per period in all, with 1 replica or 3 (BENCHMARKS.md, sections
+// 2 and 3). A ticker of its own also lets a renewal announce a heartbeat that
+// was never written: a leader stuck between the two leaves a gap of a period
+// plus a lease duration, where renewing after the write bounds it by the
+// lease duration (1.57 periods at most over 20 SIGKILLs, section 5). And it
+// has no notion of the writer's period, so its timings cannot follow a
+// change of heartbeatUpdatePeriod. Standbys here watch the Lease instead of
+// polling it (no request while the leader renews), and a take is judged
+// against the period as read after the record it judges.
 //
 // The rules it keeps, each checked by its tests and by the heartbeat
 // package's simulation over thousands of random schedules of faults:

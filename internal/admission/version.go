@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"github.com/go-logr/logr"
@@ -6,7 +6,7 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 )
 
-// reporterVersionWarning compares the reporter's version (the declared one,
+// ReporterVersionWarning compares the reporter's version (the declared one,
 // or else the one its image's tag names) with the webhook's own, logs the outcome once, and returns the
 // admission warning to give every review that injects the reporter (empty
 // when they match or cannot be compared). A webhook and a reporter of
@@ -16,7 +16,7 @@ import (
 // The log reaches the admin who runs the webhook; the warning reaches
 // whoever applies an addon (kubectl prints it, GitOps tools record it) at
 // the moment a reporter of the other version goes into their pods.
-func reporterVersionWarning(log logr.Logger, reporterVersion, reporterImage string) string {
+func ReporterVersionWarning(log logr.Logger, reporterVersion, reporterImage string) string {
 	own := version.Get().Version
 	msg, known := version.ReporterMismatch(own, reporterVersion, reporterImage)
 	switch {

@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"bufio"
@@ -72,16 +72,16 @@ func TestRequestBodiesAreBounded(t *testing.T) {
 	h := &Handler{Config: injectCfg, Log: logr.Discard(),
 		// The read timeout outlasts a review's wait for room, so the 503 below
 		// is not decided by which of the two runs out first.
-		inFlight: 2 * maxBodyBytes, readTimeout: 3 * bodyWait}
+		inFlight: 2 * MaxBodyBytes, readTimeout: 3 * bodyWait}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	small := review(`{"metadata":{"name":"d"}}`)
+	small := string(reviewOf(t, []byte(`{"metadata":{"name":"d"}}`), false))
 
 	// A body that never arrives: the answer comes anyway, so none of it
 	// was waited for.
 	never, neverW := io.Pipe()
 	t.Cleanup(func() { neverW.Close() })
-	if code, msg := post(t, srv.URL, never, maxBodyBytes+1); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than") {
+	if code, msg := post(t, srv.URL, never, MaxBodyBytes+1); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than") {
 		t.Errorf("declared too large: %d %s, want 413", code, msg)
 	}
 
@@ -92,7 +92,7 @@ func TestRequestBodiesAreBounded(t *testing.T) {
 
 	// Two bodies of the largest length, sent in part and held open, take
 	// all the room.
-	held := []net.Conn{startBody(t, srv.Listener.Addr().String(), maxBodyBytes), startBody(t, srv.Listener.Addr().String(), maxBodyBytes)}
+	held := []net.Conn{startBody(t, srv.Listener.Addr().String(), MaxBodyBytes), startBody(t, srv.Listener.Addr().String(), MaxBodyBytes)}
 	full := func(context.Context) (bool, error) {
 		if h.bodyRoom().TryAcquire(1) {
 			h.bodyRoom().Release(1)

@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"bytes"
@@ -22,6 +22,18 @@ import (
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat/annotations"
 	"github.com/addon-heartbeat/addon-heartbeat/pkg/inject"
 )
+
+// injectCfg is the injector's configuration the handler tests run with: the
+// defaults, an image, and the chart's default AddonInstance name.
+var injectCfg = func() inject.Config {
+	c := inject.DefaultConfig()
+	c.Image = "registry.example.com/addon-heartbeat/reporter:v0.1.0-test"
+	c.AddonInstanceNames = []string{"addon-instance"}
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}()
 
 // reviewOf wraps a raw Deployment in an AdmissionReview for CREATE.
 func reviewOf(t testing.TB, raw []byte, dryRun bool) []byte {

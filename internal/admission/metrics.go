@@ -1,4 +1,4 @@
-package webhook
+package admission
 
 import (
 	"strconv"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/addon-heartbeat/addon-heartbeat/internal/promreg"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/version"
 )
 
@@ -34,13 +35,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 	}
 	var err error
-	if m.Reviews, err = registerOrReuse(reg, m.Reviews); err != nil {
+	if m.Reviews, err = promreg.RegisterOrReuse(reg, m.Reviews); err != nil {
 		return nil, err
 	}
-	if m.Duration, err = registerOrReuse(reg, m.Duration); err != nil {
+	if m.Duration, err = promreg.RegisterOrReuse(reg, m.Duration); err != nil {
 		return nil, err
 	}
-	if _, err = registerOrReuse(reg, version.NewCollector("webhook", version.Get())); err != nil {
+	if _, err = promreg.RegisterOrReuse(reg, version.NewCollector("webhook", version.Get())); err != nil {
 		return nil, err
 	}
 	return m, nil

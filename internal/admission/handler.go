@@ -1,7 +1,11 @@
-// Package webhook serves the mutating admission webhook: it decodes
-// AdmissionReviews for apps/v1 Deployments, asks pkg/inject for the mutation
-// and answers with the JSON patch inject computed for the paths it owns.
-package webhook
+// Package admission is the webhook's admission handler: it decodes
+// AdmissionReviews for apps/v1 Deployments, asks pkg/inject for the mutation,
+// applies the escalation rule to the reporter binding (Onboarding), and
+// answers with the JSON patch inject computed for the paths it owns, with
+// warnings, counting each review in Metrics. It is an http.Handler and
+// nothing more: the process around it (flags, the manager, the certificate,
+// RBAC and signing-key controllers) is internal/webhook.
+package admission
 
 import (
 	"bytes"
@@ -30,9 +34,9 @@ import (
 // Path is where the API server sends Deployment admissions.
 const Path = "/mutate-apps-v1-deployment"
 
-// maxBodyBytes bounds a request body. The API server's own limit for an
+// MaxBodyBytes bounds a request body. The API server's own limit for an
 // object is 3 MiB; an AdmissionReview of an UPDATE holds two of them.
-const maxBodyBytes = 7 << 20
+const MaxBodyBytes = 7 << 20
 
 // maxBodyBytesInFlight bounds the request bodies all reviews hold at once,
 // whoever sends them: the webhook's port is reachable by anything the
@@ -81,7 +85,7 @@ type Handler struct {
 	// would give a ServiceAccount the reporter's permissions.
 	Onboarding *Onboarding
 	// VersionWarning, when set, is an admission warning for every review
-	// that injects the reporter (see reporterVersionWarning).
+	// that injects the reporter (see ReporterVersionWarning).
 	VersionWarning string
 	// now is the clock for latency; time.Now when nil.
 	now func() time.Time
@@ -136,9 +140,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status int
 		err    error
 	)
-	if r.ContentLength > maxBodyBytes {
+	if r.ContentLength > MaxBodyBytes {
 		// Refused by its declared length, before a byte of it is read.
-		status, err = http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes: larger than %d bytes", r.ContentLength, maxBodyBytes)
+		status, err = http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes: larger than %d bytes", r.ContentLength, MaxBodyBytes)
 	} else if r.ContentLength < 0 && r.Method == http.MethodPost {
 		// The API server always says how long a review is; a body that
 		// does not would have to be read (and buffered) to find out.
@@ -296,12 +300,12 @@ func readRequest(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*ad
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return nil, nil, nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: expected application/json", r.Header.Get("Content-Type"))
 	}
-	if n := r.ContentLength; n > 0 && n <= maxBodyBytes {
+	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
 		buf.Grow(int(n) + bytes.MinRead)
 	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, nil, nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxBodyBytes)
+			return nil, nil, nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
 		}
 		return nil, nil, nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
 	}
