@@ -4,7 +4,7 @@
 # against that release's kube-apiserver (built once by hack/kube-binaries.sh,
 # about 15 minutes on 2 cores, then cached), and says at the end how each
 # release went. The packages are found, not listed: those whose tests import
-# internal/testenv, directly or not.
+# internal/testenv or the SDK's pkg/heartbeat/heartbeattest, directly or not.
 #
 #   KUBE_MATRIX="v1.30.14 v1.33.13 v1.37.2" hack/test-matrix.sh
 #
@@ -16,7 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 read -r -a releases <<<"${KUBE_MATRIX:?set KUBE_MATRIX to Kubernetes versions such as \"v1.30.14 v1.37.2\"}"
 module="$(go list -m)"
 mapfile -t packages < <(go list -test -f '{{if .ForTest}}{{.ForTest}}{{range .Deps}} {{.}}{{end}}{{end}}' ./... |
-	awk -v dep="${module}/internal/testenv" '{ for (i = 2; i <= NF; i++) if ($i == dep) { print $1; next } }' | sort -u)
+	awk -v dep="${module}/internal/testenv" -v sdk="${module}/pkg/heartbeat/heartbeattest" \
+		'{ for (i = 2; i <= NF; i++) if ($i == dep || $i == sdk) { print $1; next } }' | sort -u)
 if ((${#packages[@]} == 0)); then
 	echo "test-matrix: no test package imports ${module}/internal/testenv" >&2
 	exit 1

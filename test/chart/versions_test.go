@@ -223,7 +223,8 @@ func nativeSidecarRefused(t *testing.T, cfg *rest.Config) {
 // README's support table names, for each feature, the tests that prove it on
 // every release of the matrix: each named test exists in the package named
 // before it, and every package it names runs in the matrix (it starts an API
-// server through internal/testenv), or is test/node.
+// server through internal/testenv or the SDK's heartbeattest), or is
+// test/node.
 func TestREADMESupportTableNamesRealTests(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
 	if err != nil {
@@ -261,7 +262,8 @@ func TestREADMESupportTableNamesRealTests(t *testing.T) {
 				}
 				code.Write(data)
 			}
-			if m[1] != "test/node" && !strings.Contains(code.String(), "internal/testenv\"") && !strings.Contains(code.String(), "internal/localcluster\"") {
+			if m[1] != "test/node" && !strings.Contains(code.String(), "internal/testenv\"") && !strings.Contains(code.String(), "internal/localcluster\"") &&
+				!strings.Contains(code.String(), "pkg/heartbeat/heartbeattest\"") {
 				t.Errorf("row %q: %s does not start an API server, so the matrix does not run it", cells[0], m[1])
 			}
 			for _, name := range regexp.MustCompile("Test[A-Za-z]+").FindAllString(m[2], -1) {
