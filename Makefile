@@ -12,6 +12,11 @@ ASSETS = $(shell KUBE_VERSION=$(KUBE_VERSION) hack/kube-binaries.sh | tail -n 1)
 # The Kubernetes releases of `make test-matrix`: the oldest the chart supports
 # (OpenShift 4.17), OpenShift 4.20's, and the newest, which make test runs.
 KUBE_MATRIX ?= v1.30.14 v1.33.13 v1.37.2
+# The SDK (pkg/heartbeat) is a module of its own, tested at the releases it
+# declares (go.mod) and, in test/sdk, inside an addon's controller-runtime
+# manager at the oldest Go it supports and at the newest: the go command
+# downloads that Go from the module proxy once (about 70 MB).
+SDK_OLDEST_GO ?= go1.22.12
 # OLM's operator for test/e2e (an addon installed from a ClusterServiceVersion),
 # built once into the same cache (hack/olm-binary.sh).
 OLM_ASSETS = $(shell hack/olm-binary.sh | tail -n 1)
@@ -40,7 +45,10 @@ envtest-assets: ## Build kube-apiserver, etcd, OLM's operator, Prometheus and pr
 test: ## Run every test against a real kube-apiserver and etcd.
 	@assets="$(ASSETS)" && olm="$(OLM_ASSETS)" && prom="$(PROMETHEUS_ASSETS)" && \
 	echo "KUBEBUILDER_ASSETS=$$assets OLM_ASSETS=$$olm PROMETHEUS_ASSETS=$$prom" && \
-	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" PROMETHEUS_ASSETS="$$prom" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	KUBEBUILDER_ASSETS="$$assets" OLM_ASSETS="$$olm" PROMETHEUS_ASSETS="$$prom" $(GO) test -race -count=1 $(GOTESTFLAGS) ./... && \
+	cd pkg/heartbeat && KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./... && \
+	cd ../../test/sdk/addon && KUBEBUILDER_ASSETS="$$assets" GOTOOLCHAIN=$(SDK_OLDEST_GO) $(GO) test -race -count=1 $(GOTESTFLAGS) ./... && \
+	cd ../newest && KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 	@# OpenShift's own SCC admission on the injected pods: a module of its own
 	@# (k8s.io/kubernetes v1.36, test/openshift/README.md), run without -race:
 	@# it exercises upstream code single-threaded, and -race doubles its build.
@@ -64,7 +72,8 @@ demo: ## Run the whole path on a local control plane: webhook, example addon, he
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (figures in BENCHMARKS.md).
-	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./...
+	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./... && \
+	cd pkg/heartbeat && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} ./...
 
 IMAGE ?= ghcr.io/addon-heartbeat/addon-heartbeat:v0.2.0
 CONTAINER_TOOL ?= docker
@@ -75,10 +84,13 @@ images: ## Build the image holding /webhook and /reporter (needs a container eng
 .PHONY: vet
 vet:
 	$(GO) vet ./...
+	cd pkg/heartbeat && $(GO) vet ./...
+	cd test/sdk/addon && GOTOOLCHAIN=$(SDK_OLDEST_GO) $(GO) vet ./...
+	cd test/sdk/newest && $(GO) vet ./...
 
 .PHONY: sim
 sim: ## Run the election simulation over SCHEDULES random schedules (default 10000; make test runs 100), failing on any violation.
-	@assets="$(ASSETS)" && KUBEBUILDER_ASSETS="$$assets" $(GO) test ./pkg/heartbeat -run '^TestSim$$' -count=1 -timeout 2h -args -sim.strict -sim.schedules=$${SCHEDULES:-10000}
+	@assets="$(ASSETS)" && cd pkg/heartbeat && KUBEBUILDER_ASSETS="$$assets" $(GO) test . -run '^TestSim$$' -count=1 -timeout 2h -args -sim.strict -sim.schedules=$${SCHEDULES:-10000}
 
 .PHONY: fuzz
 fuzz: ## Fuzz the injector for FUZZTIME (default 60s).

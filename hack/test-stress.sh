@@ -10,7 +10,7 @@
 set -euo pipefail
 
 RUNS="${RUNS:-10}"
-PKGS="${STRESS_PKGS:-./pkg/heartbeat ./internal/reporter ./test/e2e}"
+PKGS="${STRESS_PKGS:-github.com/addon-heartbeat/addon-heartbeat/pkg/heartbeat ./internal/reporter ./test/e2e}"
 : "${KUBEBUILDER_ASSETS:?set KUBEBUILDER_ASSETS (make test-stress does)}"
 out="$(mktemp -d "${TMPDIR:-/tmp}/addon-heartbeat-stress.XXXXXX")"
 
