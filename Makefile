@@ -90,7 +90,7 @@ vet:
 
 .PHONY: sim
 sim: ## Run the election simulation over SCHEDULES random schedules (default 10000; make test runs 100), failing on any violation.
-	@assets="$(ASSETS)" && cd pkg/heartbeat && KUBEBUILDER_ASSETS="$$assets" $(GO) test . -run '^TestSim$$' -count=1 -timeout 2h -args -sim.strict -sim.schedules=$${SCHEDULES:-10000}
+	@assets="$(ASSETS)" && cd pkg/heartbeat && KUBEBUILDER_ASSETS="$$assets" $(GO) test -run '^TestSim$$' -count=1 -timeout 2h -args -sim.strict -sim.schedules=$${SCHEDULES:-10000}
 
 .PHONY: fuzz
 fuzz: ## Fuzz the injector for FUZZTIME (default 60s).

@@ -103,6 +103,14 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 	leader := startReporter(t, leaderReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-a", DeploymentHealth: true}, clk.drive)
 	clk.beatAt(t, rec, tick(0))
 	clk.beatAt(t, rec, tick(1))
+	// The renewal follows the heartbeat: wait for it, or the standby's read
+	// may find the Lease before it, and its watch bring the renewal as one
+	// more look inside the counted beats (the clock stands still between
+	// ticks, so both looks wait for the same instant).
+	eventually(t, 10*time.Second, "the leader's renewal after its heartbeat at 1s", func() (bool, error) {
+		renewed := leaseOf(t, ns, "addon-instance").Spec.RenewTime
+		return renewed != nil && renewed.After(tick(1).Add(-time.Millisecond)), nil
+	})
 	standby := startReporter(t, standbyReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-b", DeploymentHealth: true}, clk.drive)
 	// Its first look (a read) finds the Lease renewed at 1s, and it waits
 	// for the rest of that term.
