@@ -15,15 +15,7 @@ import (
 // exists.
 func TestREADMELayoutMatchesTheTree(t *testing.T) {
 	root := testenv.RepoRoot()
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n## Layout\n")
-	if !ok {
-		t.Fatal("README.md has no section Layout")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "Layout")
 	named := map[string]bool{}
 	for _, m := range regexp.MustCompile(`\b((?:cmd|pkg|internal|test|hack|charts|config|examples)/(?:[a-z0-9-]+/)*)`).FindAllString(section, -1) {
 		named[strings.TrimSuffix(m, "/")] = true
@@ -56,4 +48,19 @@ func TestREADMELayoutMatchesTheTree(t *testing.T) {
 			t.Errorf("README's Layout does not name %s/", dir)
 		}
 	}
+}
+
+// readmeSection is the text of README.md's section (## title) up to the next.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %s", title)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	return section
 }

@@ -226,15 +226,7 @@ func nativeSidecarRefused(t *testing.T, cfg *rest.Config) {
 // server through internal/testenv or the SDK's heartbeattest), or is
 // test/node.
 func TestREADMESupportTableNamesRealTests(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n## Supported Kubernetes versions\n")
-	if !ok {
-		t.Fatal("README.md has no section Supported Kubernetes versions")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "Supported Kubernetes versions")
 	cell := regexp.MustCompile("`((?:test|internal|pkg)/[a-z0-9]+)`(?::((?: ?`Test[A-Za-z]+`,?)+))?")
 	rows := 0
 	for line := range strings.SplitSeq(section, "\n") {
