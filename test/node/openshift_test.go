@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,6 +163,44 @@ func processUID(ctx context.Context, containerID string) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no Uid", pid)
 }
 
+// runningUID is the process UID of the container named name in pod p as it
+// runs now: the pod's status is read again until it names a container the
+// node runs (a status read right after a rollout may still name one that
+// has since been restarted, whose task is gone), for at most 30 s.
+func runningUID(p corev1.Pod, name string) (int64, error) {
+	var uid int64
+	var last error
+	err := wait.PollUntilContextTimeout(suiteCtx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var now corev1.Pod
+		if err := cluster.Client.Get(ctx, key(p.Namespace, p.Name), &now); err != nil {
+			last = err
+			return false, nil
+		}
+		statuses := append(slices.Clone(now.Status.InitContainerStatuses), now.Status.ContainerStatuses...)
+		i := slices.IndexFunc(statuses, func(s corev1.ContainerStatus) bool { return s.Name == name })
+		if i < 0 || statuses[i].ContainerID == "" || statuses[i].State.Running == nil {
+			last = fmt.Errorf("container %s not running (restarts %d)", name, restarts(statuses, i))
+			return false, nil
+		}
+		uid, last = processUID(ctx, statuses[i].ContainerID)
+		if last != nil {
+			last = fmt.Errorf("%w (restarts %d)", last, statuses[i].RestartCount)
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%v: %w", err, last)
+	}
+	return uid, nil
+}
+
+func restarts(statuses []corev1.ContainerStatus, i int) int32 {
+	if i < 0 {
+		return 0
+	}
+	return statuses[i].RestartCount
+}
+
 // inRange checks that every container of pods runs, by its spec and by its
 // process on the node, with a UID from [base, base+9999] that restricted-v2
 // assigned.
@@ -171,19 +210,13 @@ func inRange(t *testing.T, ps []corev1.Pod, base int64) {
 		if got := p.Annotations["openshift.io/scc"]; got != "restricted-v2" {
 			t.Errorf("pod %s admitted under SCC %q, want restricted-v2", p.Name, got)
 		}
-		statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 		for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
 			uid := uidOf(p, c)
 			if uid == nil || *uid < base || *uid > base+9999 {
 				t.Errorf("pod %s container %s: runAsUser %v, want one from [%d, %d]", p.Name, c.Name, uid, base, base+9999)
 				continue
 			}
-			i := slices.IndexFunc(statuses, func(s corev1.ContainerStatus) bool { return s.Name == c.Name })
-			if i < 0 || statuses[i].ContainerID == "" {
-				t.Errorf("pod %s container %s: no status", p.Name, c.Name)
-				continue
-			}
-			got, err := processUID(suiteCtx, statuses[i].ContainerID)
+			got, err := runningUID(p, c.Name)
 			if err != nil || got != *uid {
 				t.Errorf("pod %s container %s: process UID %d (%v), want %d", p.Name, c.Name, got, err, *uid)
 				continue
