@@ -318,6 +318,11 @@ func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
 			leader.Store(startReporter(t, cfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive))
 			clk.beatAt(t, rec, tick(0))
 			standby := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
+			// Its first look (a read) is done before the next tick: a read
+			// that straddled it would date the record of tick 0 at tick 1,
+			// arm the wait the test awaits below, and then see the renewal
+			// of tick 1 (a change) only after tick 2, waiting from there.
+			clk.awaitArmed(t, tick(0).Add(tm.LeaseDuration+time.Millisecond), "the standby's first look at the Lease")
 			clk.beatAt(t, rec, tick(1))
 			clk.awaitArmed(t, tick(1).Add(tm.LeaseDuration+time.Millisecond), "the standby's wait after the renewal")
 			clk.fire(t, tick(2), "the tick the leader dies at")
