@@ -40,7 +40,7 @@ import (
 var soak = flag.Duration("soak", 0, "keep the reporter process running this long at a 1s period and report its memory")
 
 var (
-	env    *envtest.Environment
+	env    *testenv.Environment
 	k8s    client.Client
 	binary string
 )

@@ -18,9 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
@@ -35,7 +33,7 @@ import (
 // failurePolicy Ignore, so Deployments are admitted as sent, and the
 // injected ones are made by the injector itself (pkg/inject).
 var (
-	env *envtest.Environment
+	env *testenv.Environment
 	k8s client.Client
 	// chartObjs are the chart's objects as rendered with chartValues.
 	chartObjs []*unstructured.Unstructured
@@ -57,32 +55,11 @@ var chartValues = map[string]any{"webhook": map[string]any{
 	"namespaceSelector": map[string]any{"matchExpressions": []any{map[string]any{"key": excludedLabel, "operator": "DoesNotExist"}}},
 }}
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
-
-func runSuite(m *testing.M) int {
-	log, err := logging.New(logging.LevelError)
-	if err != nil {
-		panic(err)
-	}
-	ctrl.SetLogger(log)
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := installChart(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunSuite(m, logging.LevelError, testenv.Options{}, func(s *testenv.Suite) (func() error, error) {
+		env, k8s = s.Env, s.Client
+		return nil, installChart(context.Background())
+	}))
 }
 
 // installChart creates the chart's objects that check reads: the webhook

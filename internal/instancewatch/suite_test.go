@@ -2,15 +2,12 @@ package instancewatch
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/testenv"
@@ -19,35 +16,17 @@ import (
 // One real kube-apiserver + etcd for the package, with the upstream
 // AddonInstance CRD.
 var (
-	env *envtest.Environment
+	env *testenv.Environment
 	k8s client.Client
 )
 
 const testTimeout = 60 * time.Second
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
-
-func runSuite(m *testing.M) int {
-	log, err := logging.New(logging.LevelError)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctrl.SetLogger(log)
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunSuite(m, logging.LevelError, testenv.Options{}, func(s *testenv.Suite) (func() error, error) {
+		env, k8s = s.Env, s.Client
+		return nil, nil
+	}))
 }
 
 // await polls cond until it holds, failing the test with what it last saw.

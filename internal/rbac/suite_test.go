@@ -19,7 +19,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
@@ -47,51 +46,32 @@ webhook:
 // with only the permissions the chart gives it, leader-elected on the
 // chart's Lease as in a cluster.
 var (
-	env         *envtest.Environment
+	env         *testenv.Environment
 	k8s         client.Client
 	clientset   *kubernetes.Clientset
 	testTimeout = 30 * time.Second
 )
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
-
-func runSuite(m *testing.M) int {
-	log, err := logging.New("error")
-	if err != nil {
-		panic(err)
-	}
-	ctrl.SetLogger(log)
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RunSuite(m, logging.LevelError, testenv.Options{}, func(s *testenv.Suite) (func() error, error) {
+		env, k8s = s.Env, s.Client
+		clientset = kubernetes.NewForConfigOrDie(env.Config)
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg, err := installChart(ctx)
+		if err != nil {
+			cancel()
+			return nil, err
 		}
-	}()
-	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	clientset = kubernetes.NewForConfigOrDie(env.Config)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfg, err := installChart(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	done := make(chan error, 1)
-	go func() { done <- runController(ctx, cfg, log) }()
-
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "controller:", err)
-		return 1
-	}
-	return code
+		done := make(chan error, 1)
+		go func() { done <- runController(ctx, cfg, s.Log) }()
+		return func() error {
+			cancel()
+			if err := <-done; err != nil {
+				return fmt.Errorf("controller: %w", err)
+			}
+			return nil
+		}, nil
+	}))
 }
 
 // installChart creates the release namespace and the chart's RBAC objects,

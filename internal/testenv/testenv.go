@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,9 +169,23 @@ type Options struct {
 	APIServerArgs map[string]string
 }
 
+// Environment is a started kube-apiserver and etcd (envtest's), which end
+// with this process should it end without Stop (see reaper).
+type Environment struct {
+	*envtest.Environment
+	reaper *reaper
+}
+
+// Stop stops kube-apiserver and etcd.
+func (e *Environment) Stop() error {
+	err := e.Environment.Stop()
+	e.reaper.Stop()
+	return err
+}
+
 // Start starts etcd and kube-apiserver with the AddonInstance CRD installed.
 // Stop the returned environment with Stop.
-func Start(opts Options) (*envtest.Environment, error) {
+func Start(opts Options) (*Environment, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
@@ -190,11 +205,34 @@ func Start(opts Options) (*envtest.Environment, error) {
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v)
 	}
-	if _, err := env.Start(); err != nil {
-		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err), env.Stop())
+	before, err := childrenNamed(serverNames...)
+	if err != nil {
+		return nil, err
 	}
-	return env, nil
+	_, err = env.Start()
+	// Watched even when Start failed part way: whatever it started and
+	// Stop does not end goes with this process.
+	started, lerr := childrenNamed(serverNames...)
+	var r *reaper
+	if fresh := slices.DeleteFunc(started, func(pid int) bool { return slices.Contains(before, pid) }); lerr == nil && len(fresh) > 0 {
+		var dirs []string
+		for _, pid := range fresh {
+			dirs = append(dirs, serverDirs(pid)...)
+		}
+		r, lerr = reapOnExit(fresh, dirs)
+	}
+	e := &Environment{Environment: env, reaper: r}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err), e.Stop())
+	}
+	if lerr != nil {
+		return nil, errors.Join(lerr, e.Stop())
+	}
+	return e, nil
 }
+
+// serverNames are the command names of the servers envtest starts.
+var serverNames = []string{"kube-apiserver", "etcd"}
 
 // CreateAddon creates what the addon-operator gives an addon: a namespace
 // (a generated name, "addon-...") holding an AddonInstance named instance

@@ -21,9 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/admission"
 	"github.com/addon-heartbeat/addon-heartbeat/internal/logging"
@@ -36,7 +34,7 @@ import (
 // the local server and sets its caBundle), and the webhook running in-process
 // over TLS.
 var (
-	env         *envtest.Environment
+	env         *testenv.Environment
 	k8s         client.Client
 	clientset   *kubernetes.Clientset
 	options     Options
@@ -50,30 +48,17 @@ var (
 
 const reporterImage = "registry.example.com/addon-heartbeat/reporter:v0.1.0-test"
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
-
-func runSuite(m *testing.M) int {
-	log, err := logging.New("info")
-	if err != nil {
-		panic(err)
-	}
-	ctrl.SetLogger(log)
-	env, err = testenv.Start(testenv.Options{
+func TestMain(m *testing.M) {
+	opts := testenv.Options{
 		WebhookPaths: []string{filepath.Join(testenv.RepoRoot(), "config", "webhook", "manifests.yaml")},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
 	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	os.Exit(testenv.RunSuite(m, logging.LevelInfo, opts, setUp))
+}
+
+// setUp starts the webhook in-process on envtest's serving port and
+// certificate, and returns its graceful shutdown.
+func setUp(s *testenv.Suite) (func() error, error) {
+	env, k8s = s.Env, s.Client
 	clientset = kubernetes.NewForConfigOrDie(env.Config)
 
 	wio := env.WebhookInstallOptions
@@ -87,12 +72,11 @@ func runSuite(m *testing.M) int {
 	// The webhook's own namespace holds its record signing key.
 	options.Namespace = "addon-heartbeat-system"
 	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: options.Namespace}}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
+	var err error
 	if injectCfg, err = options.InjectConfig(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
 	webhookURL = fmt.Sprintf("https://%s%s", net.JoinHostPort(wio.LocalServingHost, fmt.Sprint(wio.LocalServingPort)), admission.Path)
 	pool := x509.NewCertPool()
@@ -113,7 +97,7 @@ func runSuite(m *testing.M) int {
 		readyURL = "http://" + options.HealthProbeBindAddress + "/readyz"
 		ctx, stop := context.WithCancel(context.Background())
 		ended, o := make(chan error, 1), options
-		go func() { ended <- Run(ctx, o, env.Config, log.WithName("webhook")) }()
+		go func() { ended <- Run(ctx, o, env.Config, s.Log.WithName("webhook")) }()
 		cancel, done = stop, ended
 		err := waitReady(readyURL, done)
 		if err == nil {
@@ -122,25 +106,25 @@ func runSuite(m *testing.M) int {
 		cancel()
 		fmt.Fprintf(os.Stderr, "webhook start %d: %v\n", attempt, err)
 		if attempt == 3 {
-			return 1
+			return nil, fmt.Errorf("the webhook did not start: %w", err)
 		}
 	}
+	return func() error { return shutDown(cancel, done) }, nil
+}
 
-	code := m.Run()
-
-	// Graceful shutdown: Run returns nil once the context is cancelled.
+// shutDown stops the webhook gracefully: Run returns nil once its context is
+// cancelled.
+func shutDown(cancel context.CancelFunc, done <-chan error) error {
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "webhook did not shut down cleanly:", err)
-			return 1
+			return fmt.Errorf("the webhook did not shut down cleanly: %w", err)
 		}
+		return nil
 	case <-time.After(testTimeout):
-		fmt.Fprintln(os.Stderr, "webhook did not stop within", testTimeout)
-		return 1
+		return fmt.Errorf("the webhook did not stop within %s", testTimeout)
 	}
-	return code
 }
 
 // waitReady waits for the webhook's readiness endpoint, or for Run to end

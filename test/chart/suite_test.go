@@ -18,9 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/addon-heartbeat/addon-heartbeat/internal/chart"
@@ -42,53 +40,33 @@ const (
 // cert-manager and Prometheus Operator CRDs installed, and the release
 // namespace created.
 var (
-	env *envtest.Environment
+	env *testenv.Environment
 	k8s client.Client
 )
 
-func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
-
-func runSuite(m *testing.M) int {
-	log, err := logging.New("error")
-	if err != nil {
-		panic(err)
-	}
-	ctrl.SetLogger(log)
+func TestMain(m *testing.M) {
 	cm, err := testenv.ModuleDir(certManagerModule, certManagerVersion)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
 	po, err := testenv.ModuleDir(prometheusOperatorModule, prometheusOperatorVersion)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	env, err = testenv.Start(testenv.Options{CRDPaths: []string{
+	crds := filepath.Join(po, "example", "prometheus-operator-crd")
+	opts := testenv.Options{CRDPaths: []string{
 		filepath.Join(cm, "deploy", "crds"),
-		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
-		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_podmonitors.yaml"),
-		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_prometheusrules.yaml"),
-	}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	if k8s, err = client.New(env.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.DefaultRelease.Namespace}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+		filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(crds, "monitoring.coreos.com_podmonitors.yaml"),
+		filepath.Join(crds, "monitoring.coreos.com_prometheusrules.yaml"),
+	}}
+	os.Exit(testenv.RunSuite(m, logging.LevelError, opts, func(s *testenv.Suite) (func() error, error) {
+		env, k8s = s.Env, s.Client
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.DefaultRelease.Namespace}}
+		return nil, k8s.Create(context.Background(), ns)
+	}))
 }
 
 // values parses chart values written as YAML.

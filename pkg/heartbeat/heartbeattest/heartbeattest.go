@@ -339,9 +339,7 @@ func start(bin, log string, args ...string) (*process, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group, so that a terminal's Ctrl-C meant for the test
-	// does not reach it first, and Stop ends it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = serverAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("heartbeattest: starting %s: %w", bin, err)
