@@ -45,6 +45,18 @@ func newDrivenClock(t *testing.T) *drivenClock {
 	return &drivenClock{t: t, fc: clocktesting.NewFakeClock(start), armed: map[any]time.Time{}}
 }
 
+// drivenAddon makes what a driven test starts from: a namespace with the
+// AddonInstance "addon-instance" at period, a recorder of its heartbeats,
+// and a driven clock with its start.
+func drivenAddon(t *testing.T, period time.Duration) (ns string, rec *recorder, clk *drivenClock, t0 time.Time) {
+	t.Helper()
+	ns = newNamespace(t)
+	createInstance(t, ns, "addon-instance", period)
+	rec = record(t, ns, "addon-instance")
+	clk = newDrivenClock(t)
+	return ns, rec, clk, clk.Now()
+}
+
 // drive puts a Reporter on the clock (a tweak for startReporter).
 func (c *drivenClock) drive(r *Reporter) {
 	r.clock = c

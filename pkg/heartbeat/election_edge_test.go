@@ -95,11 +95,7 @@ func TestConflictRetriesStopWhenTheHoldEnds(t *testing.T) {
 // writer inside a hold, and the gap is the old term's.
 func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) {
 	const period = time.Second
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	leader := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
 	clk.beatAt(t, rec, t0)
 	standby := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, clk.drive)
@@ -154,11 +150,7 @@ func TestAStandbyDoesNotTakeADeletedLeaseBeforeItsHoldersTermEnds(t *testing.T) 
 func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 	const period = time.Second
 	t.Run("the second waits", func(t *testing.T) {
-		ns := newNamespace(t)
-		createInstance(t, ns, "addon-instance", period)
-		rec := record(t, ns, "addon-instance")
-		clk := newDrivenClock(t)
-		t0 := clk.Now()
+		ns, rec, clk, t0 := drivenAddon(t, period)
 		first := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
 		clk.beatAt(t, rec, t0)
 		second := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
@@ -177,11 +169,7 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 		}
 	})
 	t.Run("the leader stops", func(t *testing.T) {
-		ns := newNamespace(t)
-		createInstance(t, ns, "addon-instance", period)
-		rec := record(t, ns, "addon-instance")
-		clk := newDrivenClock(t)
-		t0 := clk.Now()
+		ns, rec, clk, t0 := drivenAddon(t, period)
 		rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "twin"}, clk.drive)
 		clk.beatAt(t, rec, t0)
 		clk.awaitArmed(t, t0.Add(period), "the next tick")
@@ -211,11 +199,7 @@ func TestTwoProcessesWithOneIdentityNeverBothLead(t *testing.T) {
 // check passes.
 func TestLivenessFailsOnlyWhenTheLoopIsStuck(t *testing.T) {
 	const period = time.Second
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
 	if err := rn.Healthz(nil); err != nil {
 		t.Fatalf("liveness failed at start: %v", err)
@@ -284,11 +268,7 @@ func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			ns := newNamespace(t)
-			createInstance(t, ns, "addon-instance", period)
-			rec := record(t, ns, "addon-instance")
-			clk := newDrivenClock(t)
-			t0 := clk.Now()
+			ns, rec, clk, t0 := drivenAddon(t, period)
 			tick := func(k int) time.Time { return t0.Add(time.Duration(k) * period) }
 
 			var writes atomic.Int32
@@ -360,11 +340,7 @@ func TestAKilledLeaderIsReplacedWithinTwoPeriodsWhereverItDies(t *testing.T) {
 // the retry pace, and takes once a read succeeds.
 func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
 	const period = time.Second
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	keep := func(r *Reporter) { r.releaseOnCancel = false }
 	leader := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive)
 	clk.beatAt(t, rec, t0)
@@ -406,11 +382,7 @@ func TestNoTakeWithoutAFreshReadOfThePeriod(t *testing.T) {
 func TestALeaderThatCannotWriteGivesTheLeaseToOneThatCan(t *testing.T) {
 	const period = time.Second
 	tm := election.Timings(period)
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	var failWrites atomic.Bool
 	cannot := startReporter(t, failing(adminCfg, "update addoninstances/status", &failWrites), Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
 	clk.beatAt(t, rec, t0)

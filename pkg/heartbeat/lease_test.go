@@ -93,11 +93,7 @@ func diff(before, after map[string]int) map[string]int {
 func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testing.T) {
 	const period = time.Second
 	tm := election.Timings(period)
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	tick := func(k int) time.Time { return t0.Add(time.Duration(k) * period) }
 	var leaderReqs, standbyReqs requestCounter
 	leader := startReporter(t, leaderReqs.counted(adminCfg), Options{Namespace: ns, Identity: "pod-a", DeploymentHealth: true}, clk.drive)
@@ -172,11 +168,7 @@ func TestTheLeaderWritesTheLeaseOncePerHeartbeatAndStandbysOnlyWatchIt(t *testin
 
 func TestALeaderWhoseLeaseIsTakenStopsWritingAtOnce(t *testing.T) {
 	const period = time.Second
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", period)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, period)
 	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, clk.drive)
 	clk.beatAt(t, rec, t0)
 	clk.beatAt(t, rec, t0.Add(period))
@@ -265,11 +257,7 @@ func TestAForgedLeaseDelaysTakeoverByNoMoreThanTheInstancesOwnBound(t *testing.T
 	}
 	for name, claim := range claims {
 		t.Run(name, func(t *testing.T) {
-			ns := newNamespace(t)
-			createInstance(t, ns, "addon-instance", period)
-			rec := record(t, ns, "addon-instance")
-			clk := newDrivenClock(t)
-			t0 := clk.Now()
+			ns, rec, clk, t0 := drivenAddon(t, period)
 			forged := &coordinationv1.Lease{ObjectMeta: leaseObjectMeta(leaseKey(ns, "addon-instance")), Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: ptr.To("forger"), RenewTime: &metav1.MicroTime{Time: t0}, AcquireTime: &metav1.MicroTime{Time: t0},
 			}}

@@ -50,11 +50,7 @@ const (
 // none depends on how loaded the machine is. (The loop's own schedule, with
 // slow and failing writes, is tested in loop_test.go.)
 func TestHeartbeatsFallOnTheSpecPeriodsScheduleAndFollowItsChanges(t *testing.T) {
-	ns := newNamespace(t)
-	createInstance(t, ns, "addon-instance", 2*time.Second)
-	rec := record(t, ns, "addon-instance")
-	clk := newDrivenClock(t)
-	t0 := clk.Now()
+	ns, rec, clk, t0 := drivenAddon(t, 2*time.Second)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	rn := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "only"}, clk.drive)
 	var want []float64
@@ -315,11 +311,7 @@ func TestOneWriterPerInstanceAndTakeover(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			const period = 2 * time.Second
 			tm := election.Timings(period)
-			ns := newNamespace(t)
-			createInstance(t, ns, "addon-instance", period)
-			rec := record(t, ns, "addon-instance")
-			clk := newDrivenClock(t)
-			t0 := clk.Now()
+			ns, rec, clk, t0 := drivenAddon(t, period)
 			keep := func(r *Reporter) { r.releaseOnCancel = tt.release }
 			a := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-a"}, keep, clk.drive)
 			b := startReporter(t, adminCfg, Options{Namespace: ns, Identity: "pod-b"}, keep, clk.drive)
