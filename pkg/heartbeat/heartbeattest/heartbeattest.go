@@ -7,7 +7,9 @@
 // client-go alone, so that a module requiring the SDK is not made to require
 // controller-runtime, or a version of it, for the SDK's tests. It reads the
 // CRD from github.com/openshift/addon-operator@v1.14.0 through the go
-// command (the module need not be in go.mod) unless given a file.
+// command (the module need not be in go.mod) unless given a file. On Linux
+// the servers end with the test process even when it never calls Stop (it
+// timed out, or was killed); Dir is then left in the temporary folder.
 //
 //	env, err := heartbeattest.Start(heartbeattest.Options{})
 //	...
